@@ -1,0 +1,210 @@
+"""LibTorch (C++ headers and shared libraries) from the locked torch wheel.
+
+The Python tests import torch from the rules_python wheel repositories, so
+this repository points at those same files instead of a second download:
+C++ and Python see one torch build.
+
+The wheel's libraries find their CUDA dependencies through
+RPATH $ORIGIN/../../nvidia/<component>/lib, which assumes one site-packages
+tree, while rules_python unpacks each wheel into its own repository. So this
+repository lays torch and the nvidia wheels out as that one tree, with
+symlinks, and C++ binaries load libtorch from their runfiles copy of it
+(see torch_runtime_linkopts in the generated defs.bzl).
+"""
+
+_BUILD = """\
+load("@rules_cc//cc:defs.bzl", "cc_import", "cc_library")
+
+package(default_visibility = ["//visibility:public"])
+
+_TORCH = "site-packages/torch"
+_NVIDIA = "site-packages/nvidia"
+
+cc_library(
+    name = "headers",
+    hdrs = glob([_TORCH + "/include/**"]),
+    defines = ["_GLIBCXX_USE_CXX11_ABI={abi}"],
+    includes = [
+        _TORCH + "/include",
+        _TORCH + "/include/torch/csrc/api/include",
+    ],
+)
+
+# Every shared library of the merged tree: loaded at run time, from runfiles.
+filegroup(
+    name = "runtime_libraries",
+    srcs = glob([
+        _TORCH + "/lib/*.so*",
+        _NVIDIA + "/*/lib/*.so*",
+    ]),
+)
+
+[
+    cc_import(
+        name = "lib" + lib,
+        interface_library = _TORCH + "/lib/lib" + lib + ".so",
+        # Linked by soname; loaded from the runfiles tree (see defs.bzl), so
+        # Bazel's _solib symlinks, which would break $ORIGIN, are not made.
+        system_provided = True,
+    )
+    for lib in ["torch", "torch_cpu", "c10", "c10_cuda", "torch_cuda"]
+]
+
+cc_import(
+    name = "libcudart",
+    interface_library = _NVIDIA + "/cu13/lib/libcudart.so",
+    system_provided = True,
+)
+
+cc_library(
+    name = "cuda_headers",
+    hdrs = glob([_NVIDIA + "/cu13/include/**"]),
+    includes = [_NVIDIA + "/cu13/include"],
+)
+
+# LibTorch for CPU code: torch, torch_cpu and c10.
+cc_library(
+    name = "torch_cpu",
+    data = [":runtime_libraries"],
+    deps = [
+        ":headers",
+        ":libc10",
+        ":libtorch",
+        ":libtorch_cpu",
+    ],
+)
+
+# LibTorch for CUDA code: adds c10_cuda, torch_cuda, cudart and the CUDA
+# headers (cublas_v2.h, cusparse.h) that ATen/cuda includes.
+cc_library(
+    name = "torch_cuda",
+    deps = [
+        ":cuda_headers",
+        ":libc10_cuda",
+        ":libcudart",
+        ":libtorch_cuda",
+        ":torch_cpu",
+    ],
+)
+
+exports_files([
+    "site-packages/torch/lib/libc10.so",
+    "version.txt",
+])
+"""
+
+_DEFS = """\
+\"\"\"Facts about the LibTorch in this repository, generated from the wheel.\"\"\"
+
+TORCH_VERSION = "{version}"
+CXX11_ABI = {abi}
+
+# Where the runtime libraries sit in a binary's runfiles tree.
+RUNFILES_LIB_DIR = "{repo}/site-packages/torch/lib"
+
+def torch_runtime_linkopts(binary_name):
+    \"\"\"linkopts that let a cc_binary or cc_test named binary_name find LibTorch in its runfiles.
+
+    Bazel's own runpath entries point at _solib symlink folders that hold one
+    library each, where the wheel's $ORIGIN-relative RPATHs find nothing. An
+    old-style DT_RPATH on the binary also applies to the libraries it loads,
+    so their dependencies fall through to the runfiles copy of the merged tree.
+    \"\"\"
+    return [
+        "-Wl,--disable-new-dtags",
+        "-Wl,-rpath,$$ORIGIN/" + binary_name + ".runfiles/" + RUNFILES_LIB_DIR,
+    ]
+"""
+
+def _site_packages(rctx, label):
+    return rctx.path(label).dirname.get_child("site-packages")
+
+def _mirror_tree(rctx, source, dest):
+    """Symlinks every file under source into dest, merging directories that several wheels share."""
+    stack = [(source, dest)]
+    for _ in range(100000):
+        if not stack:
+            return
+        src, dst = stack.pop()
+        for entry in src.readdir():
+            target = dst + "/" + entry.basename
+            if entry.is_dir:
+                stack.append((entry, target))
+            else:
+                rctx.symlink(entry, target)
+    fail("libtorch: too many files under " + str(source))
+
+def _read_abi(rctx, torch_dir):
+    # The wheel records its C++ ABI only in its symbols: the new (C++11) ABI
+    # puts std::string in the std::__cxx11 namespace. c10's error path, which
+    # every op library calls, takes a std::string.
+    symbols = rctx.read(torch_dir.get_child("lib").get_child("libc10.so"))
+    if "torchCheckFail" not in symbols:
+        fail("libtorch: libc10.so has no torchCheckFail symbol; cannot tell its C++ ABI")
+    return 1 if "St7__cxx1112basic_string" in symbols else 0
+
+def _libtorch_impl(rctx):
+    torch_site = _site_packages(rctx, rctx.attr.torch_wheel)
+    torch_dir = torch_site.get_child("torch")
+    if not torch_dir.get_child("include").exists:
+        fail("libtorch: {} has no include/; is the torch wheel a full build?".format(torch_dir))
+    rctx.symlink(torch_dir.get_child("include"), "site-packages/torch/include")
+    _mirror_tree(rctx, torch_dir.get_child("lib"), "site-packages/torch/lib")
+    for wheel in rctx.attr.cuda_wheels:
+        nvidia = _site_packages(rctx, wheel).get_child("nvidia")
+        if nvidia.exists:
+            _mirror_tree(rctx, nvidia, "site-packages/nvidia")
+
+    # A development symlink, so the link step can name cudart without its soname suffix.
+    cudart = rctx.path("site-packages/nvidia/cu13/lib/libcudart.so.13")
+    if cudart.exists:
+        rctx.symlink(cudart, "site-packages/nvidia/cu13/lib/libcudart.so")
+
+    version = rctx.read(torch_dir.get_child("version.py")).split("__version__ = '")[1].split("'")[0]
+    abi = _read_abi(rctx, torch_dir)
+    rctx.file("version.txt", version + "\n")
+    rctx.file("BUILD.bazel", _BUILD.format(abi = abi))
+    rctx.file("defs.bzl", _DEFS.format(version = version, abi = abi, repo = rctx.name))
+
+libtorch_repository = repository_rule(
+    implementation = _libtorch_impl,
+    attrs = {
+        "cuda_wheels": attr.label_list(doc = "BUILD files of the nvidia wheel repositories."),
+        "torch_wheel": attr.label(mandatory = True, doc = "BUILD file of the torch wheel repository."),
+    },
+)
+
+def _requirement_names(lock_content):
+    names = []
+    for line in lock_content.splitlines():
+        if line and line[0].isalpha() and "==" in line:
+            names.append(line.split("==")[0].split("[")[0].strip())
+    return names
+
+def _spoke(hub_label, name):
+    # rules_python names each wheel's repository <hub>_<sanitized name>.
+    sanitized = name.replace("-", "_").replace(".", "_").lower()
+    return Label("@@{}_{}//:BUILD.bazel".format(hub_label.workspace_name, sanitized))
+
+def _libtorch_extension_impl(module_ctx):
+    for mod in module_ctx.modules:
+        for tag in mod.tags.from_pip:
+            names = _requirement_names(module_ctx.read(tag.requirements_lock))
+            if "torch" not in names:
+                fail("libtorch: {} does not pin torch".format(tag.requirements_lock))
+            libtorch_repository(
+                name = tag.name,
+                torch_wheel = _spoke(tag.hub, "torch"),
+                cuda_wheels = [_spoke(tag.hub, n) for n in names if n.startswith("nvidia-")],
+            )
+
+_from_pip = tag_class(attrs = {
+    "hub": attr.label(mandatory = True, doc = "Any label in the pip.parse hub, for example '@pypi//:BUILD.bazel'."),
+    "name": attr.string(default = "libtorch"),
+    "requirements_lock": attr.label(mandatory = True),
+})
+
+libtorch = module_extension(
+    implementation = _libtorch_extension_impl,
+    tag_classes = {"from_pip": _from_pip},
+)

@@ -1,0 +1,72 @@
+"""The machine's CPython 3.11 as the Python toolchain.
+
+rules_python would otherwise download a standalone interpreter from GitHub,
+which these machines cannot reach. The lock in requirements_lock.txt targets
+CPython 3.11, so any other version is refused with a clear error.
+"""
+
+_WANT = (3, 11)
+
+_PROBE = "import sys; print(sys.version_info[0], sys.version_info[1], sys.version_info[2]); print(sys.executable)"
+
+_BUILD = """\
+load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
+
+exports_files(["python3"])
+
+py_runtime(
+    name = "runtime",
+    interpreter_path = "{interpreter}",
+    python_version = "PY3",
+    stub_shebang = "#!{interpreter}",
+)
+
+py_runtime_pair(
+    name = "runtime_pair",
+    py3_runtime = ":runtime",
+)
+
+toolchain(
+    name = "toolchain",
+    toolchain = ":runtime_pair",
+    toolchain_type = "@bazel_tools//tools/python:toolchain_type",
+)
+"""
+
+def _local_python_impl(rctx):
+    requested = rctx.os.environ.get("MY_OPS_PYTHON", "python3")
+    found = rctx.which(requested) if "/" not in requested else rctx.path(requested)
+    if not found or not found.exists:
+        fail("Python {want}: '{req}' was not found on PATH. Install CPython {want} (Debian 12: apt-get install python3) or set MY_OPS_PYTHON to its path.".format(
+            want = "%d.%d" % _WANT,
+            req = requested,
+        ))
+    probe = rctx.execute([found, "-c", _PROBE])
+    if probe.return_code != 0:
+        fail("Python: '{}' did not run: {}".format(found, probe.stderr))
+    version_line, executable = probe.stdout.strip().split("\n")
+    major, minor, micro = [int(v) for v in version_line.split(" ")]
+    if (major, minor) != _WANT:
+        fail("Python: {} is {}.{}.{}, but requirements_lock.txt targets CPython {}.{}. Set MY_OPS_PYTHON to a {}.{} interpreter.".format(
+            executable,
+            major,
+            minor,
+            micro,
+            _WANT[0],
+            _WANT[1],
+            _WANT[0],
+            _WANT[1],
+        ))
+    rctx.symlink(executable, "python3")
+    rctx.file("BUILD.bazel", _BUILD.format(interpreter = executable))
+
+local_python_repository = repository_rule(
+    implementation = _local_python_impl,
+    environ = ["MY_OPS_PYTHON", "PATH"],
+    local = True,
+)
+
+def _local_python_extension_impl(_module_ctx):
+    local_python_repository(name = "local_python")
+
+local_python = module_extension(implementation = _local_python_extension_impl)

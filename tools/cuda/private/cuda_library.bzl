@@ -1,0 +1,137 @@
+"""`cuda_library`: compiles .cu sources with nvcc and returns CcInfo.
+
+The objects are position-independent, so they link into shared libraries
+(such as a PyTorch op library) as well as into binaries. Host code is
+compiled by the C++ toolchain's compiler, passed to nvcc with -ccbin.
+"""
+
+load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain", "use_cpp_toolchain")
+load("@rules_cc//cc/common:cc_common.bzl", "cc_common")
+load("@rules_cc//cc/common:cc_info.bzl", "CcInfo")
+load(":providers.bzl", "CudaArchsInfo", "CudaToolkitInfo")
+
+_OPT_FLAGS = {
+    "dbg": ["-g", "-O0"],
+    "fastbuild": ["-O2"],
+    "opt": ["-O3", "-DNDEBUG"],
+}
+
+def _gencode_flags(archs):
+    flags = []
+    archs = sorted(archs, key = lambda arch: int(arch[len("sm_"):].rstrip("a")))
+    for arch in archs:
+        number = arch[len("sm_"):]
+        flags.append("-gencode=arch=compute_{n},code=sm_{n}".format(n = number))
+
+    # PTX for the newest architecture lets newer GPUs JIT-compile the kernels.
+    newest = archs[-1][len("sm_"):]
+    flags.append("-gencode=arch=compute_{n},code=compute_{n}".format(n = newest))
+    return flags
+
+def _include_flags(compilation_context, overlay_include):
+    flags = []
+    if overlay_include:
+        flags.append("-I" + overlay_include)
+    for path in compilation_context.quote_includes.to_list():
+        flags.append("-I" + path)
+    for path in compilation_context.includes.to_list():
+        flags.append("-I" + path)
+    for path in compilation_context.system_includes.to_list():
+        flags += ["-isystem", path]
+    for path in compilation_context.external_includes.to_list():
+        flags += ["-isystem", path]
+    return flags
+
+def _cuda_library_impl(ctx):
+    toolkit = ctx.attr._toolkit[CudaToolkitInfo]
+    archs = ctx.attr._archs[CudaArchsInfo].archs
+    cc_toolchain = find_cpp_toolchain(ctx)
+    feature_configuration = cc_common.configure_features(
+        ctx = ctx,
+        cc_toolchain = cc_toolchain,
+        requested_features = ctx.features,
+        unsupported_features = ctx.disabled_features,
+    )
+
+    # Like cc_library: #include "pkg/file.h" resolves from the repository root.
+    repo_root = ctx.label.workspace_root or "."
+    own_context = cc_common.create_compilation_context(
+        headers = depset(ctx.files.hdrs),
+        defines = depset(ctx.attr.defines),
+        quote_includes = depset([repo_root, ctx.bin_dir.path + "/" + repo_root if ctx.label.workspace_root else ctx.bin_dir.path]),
+    )
+    dep_infos = [dep[CcInfo] for dep in ctx.attr.deps]
+    compilation_context = cc_common.merge_compilation_contexts(
+        compilation_contexts = [own_context] + [info.compilation_context for info in dep_infos],
+    )
+
+    common = ["-x", "cu", "-std=c++20", "-ccbin", cc_toolchain.compiler_executable]
+    common += ["-Xcompiler", "-fPIC"]
+    common += _OPT_FLAGS.get(ctx.var["COMPILATION_MODE"], [])
+    common += _gencode_flags(archs)
+    common += _include_flags(compilation_context, toolkit.overlay_include)
+    common += ["-D" + d for d in compilation_context.defines.to_list()]
+    common += ["-D" + d for d in ctx.attr.local_defines]
+    common += ctx.attr.copts
+
+    inputs = depset(
+        ctx.files.srcs + ctx.files.hdrs,
+        transitive = [compilation_context.headers, toolkit.overlay_files],
+    )
+    objects = []
+    for src in ctx.files.srcs:
+        # Keep the source's path in the object's, so a/kernel.cu and b/kernel.cu do not collide.
+        relative = src.short_path.removeprefix(ctx.label.package + "/").removesuffix(".cu")
+        obj = ctx.actions.declare_file("_objs/{}/{}.pic.o".format(ctx.label.name, relative))
+        args = ctx.actions.args()
+        args.add_all(common)
+        args.add("-c", src)
+        args.add("-o", obj)
+        ctx.actions.run(
+            executable = toolkit.nvcc,
+            arguments = [args],
+            inputs = depset([src], transitive = [inputs]),
+            outputs = [obj],
+            mnemonic = "CudaCompile",
+            progress_message = "Compiling CUDA %{label} (" + src.short_path + ")",
+            use_default_shell_env = True,
+        )
+        objects.append(obj)
+
+    linking_context, _ = cc_common.create_linking_context_from_compilation_outputs(
+        actions = ctx.actions,
+        name = ctx.label.name,
+        feature_configuration = feature_configuration,
+        cc_toolchain = cc_toolchain,
+        compilation_outputs = cc_common.create_compilation_outputs(
+            objects = depset(objects),
+            pic_objects = depset(objects),
+        ),
+        linking_contexts = [info.linking_context for info in dep_infos],
+        alwayslink = ctx.attr.alwayslink,
+        disallow_dynamic_library = True,
+    )
+    return [
+        DefaultInfo(files = depset(objects)),
+        CcInfo(compilation_context = compilation_context, linking_context = linking_context),
+    ]
+
+cuda_library = rule(
+    implementation = _cuda_library_impl,
+    doc = "Compiles CUDA sources with nvcc into a library that cc_* rules can depend on.",
+    attrs = {
+        "srcs": attr.label_list(allow_files = [".cu"], doc = "CUDA sources."),
+        "hdrs": attr.label_list(allow_files = [".h", ".hpp", ".cuh"], doc = "Headers of this library."),
+        "deps": attr.label_list(providers = [CcInfo], doc = "cc_library or cuda_library targets."),
+        "copts": attr.string_list(doc = "Extra nvcc flags, for example ['--expt-relaxed-constexpr']."),
+        "defines": attr.string_list(doc = "Defines for this library and its dependents."),
+        "local_defines": attr.string_list(doc = "Defines for this library only."),
+        "alwayslink": attr.bool(doc = "Keep every object in a link, for static registrations."),
+        "_archs": attr.label(default = "//tools/cuda:archs_info", providers = [CudaArchsInfo]),
+        "_cc_toolchain": attr.label(default = "@bazel_tools//tools/cpp:current_cc_toolchain"),
+        "_toolkit": attr.label(default = "@local_cuda//:toolkit", providers = [CudaToolkitInfo]),
+    },
+    fragments = ["cpp"],
+    toolchains = use_cpp_toolchain(),
+    provides = [CcInfo],
+)

@@ -1,0 +1,18 @@
+"""Providers that are the contract between the CUDA rules."""
+
+CudaToolkitInfo = provider(
+    doc = "A detected CUDA toolkit.",
+    fields = {
+        "nvcc": "string: absolute path of nvcc",
+        "version": "string: the toolkit version, for example '13.0'",
+        "overlay_include": "File or None: an include directory searched before the toolkit's",
+        "overlay_files": "depset of File: the files under overlay_include",
+    },
+)
+
+CudaArchsInfo = provider(
+    doc = "The GPU architectures to compile for.",
+    fields = {
+        "archs": "list of string: real architectures such as 'sm_80'; PTX is added for the newest",
+    },
+)

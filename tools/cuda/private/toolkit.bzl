@@ -1,0 +1,135 @@
+"""Finds the CUDA toolkit on the host and describes it as the `@local_cuda` repository.
+
+Search order: $CUDA_PATH, nvcc on PATH, /usr/local/cuda. Without a toolkit
+the repository still exists, CUDA targets are incompatible (skipped by
+`bazel test //...`), and one warning says the build is CPU-only.
+"""
+
+_NO_TOOLKIT_BUILD = """\
+load("@my_ops//tools/cuda/private:toolchain_rules.bzl", "cuda_toolkit")
+
+package(default_visibility = ["//visibility:public"])
+
+# No CUDA toolkit was found: every cuda_library is incompatible.
+cuda_toolkit(
+    name = "toolkit",
+    nvcc = "",
+    version = "",
+)
+"""
+
+_TOOLKIT_BUILD = """\
+load("@my_ops//tools/cuda/private:toolchain_rules.bzl", "cuda_toolkit")
+
+package(default_visibility = ["//visibility:public"])
+
+cuda_toolkit(
+    name = "toolkit",
+    nvcc = "{nvcc}",
+    overlay = glob(["overlay/**"]),
+    overlay_include = "{overlay_include}",
+    version = "{version}",
+)
+"""
+
+def _nvcc_top(rctx, nvcc):
+    result = rctx.execute([nvcc, "--dryrun", "--version"])
+    for line in (result.stdout + result.stderr).splitlines():
+        if line.startswith("#$ _HERE_="):
+            bin_dir = rctx.path(line[len("#$ _HERE_="):].strip())
+            if bin_dir.dirname.get_child("include").get_child("cuda_runtime.h").exists:
+                return bin_dir.dirname
+    return None
+
+def _find_toolkit_root(rctx):
+    cuda_path = rctx.os.environ.get("CUDA_PATH", "")
+    if cuda_path:
+        if rctx.path(cuda_path + "/bin/nvcc").exists:
+            return rctx.path(cuda_path), "$CUDA_PATH"
+        print("WARNING: $CUDA_PATH={} has no bin/nvcc; looking elsewhere.".format(cuda_path))  # buildifier: disable=print
+    nvcc = rctx.which("nvcc")
+    if nvcc:
+        # nvcc on PATH may be a symlink or a wrapper script, so ask nvcc where it lives.
+        root = _nvcc_top(rctx, nvcc)
+        if root:
+            return root, "nvcc on PATH"
+    if rctx.path("/usr/local/cuda/bin/nvcc").exists:
+        return rctx.path("/usr/local/cuda"), "/usr/local/cuda"
+    return None, None
+
+def _nvcc_version(rctx, nvcc):
+    result = rctx.execute([nvcc, "--version"])
+    if result.return_code != 0:
+        fail("CUDA: '{} --version' failed: {}".format(nvcc, result.stderr))
+    for line in result.stdout.splitlines():
+        if "release " in line:
+            return line.split("release ")[1].split(",")[0]
+    fail("CUDA: cannot read the version from '{} --version'".format(nvcc))
+
+def _glibc_version(rctx):
+    result = rctx.execute(["getconf", "GNU_LIBC_VERSION"])
+    if result.return_code != 0:
+        return None
+    major, minor = result.stdout.strip().split(" ")[-1].split(".")[:2]
+    return (int(major), int(minor))
+
+def _needs_rsqrt_overlay(nvcc_version, glibc):
+    # glibc 2.42 declares rsqrt/rsqrtf with noexcept in <math.h>; CUDA 13.0's
+    # crt/math_functions.h declares them without, and nvcc rejects the pair.
+    return glibc != None and glibc >= (2, 42) and nvcc_version == "13.0"
+
+def _write_rsqrt_overlay(rctx, include_dir):
+    """Mirrors the toolkit include dir, with crt/math_functions.h patched.
+
+    Quoted includes resolve relative to the including file, so every header
+    that reaches crt/math_functions.h must also be seen through the overlay.
+    Mirroring the whole include dir with symlinks does that in one rule.
+    """
+    for entry in include_dir.readdir():
+        if entry.basename != "crt":
+            rctx.symlink(entry, "overlay/" + entry.basename)
+    for entry in include_dir.get_child("crt").readdir():
+        if entry.basename != "math_functions.h":
+            rctx.symlink(entry, "overlay/crt/" + entry.basename)
+    original = rctx.read(include_dir.get_child("crt").get_child("math_functions.h"))
+    patched = original
+    for decl in ["double rsqrt(double a)", "float rsqrtf(float a)"]:
+        patched = patched.replace(decl + ");", decl + " __THROW);")
+    for decl in ["double                 rsqrt(double x)", "float                  rsqrtf(float x)"]:
+        patched = patched.replace(decl + ";", decl + " __THROW;")
+    if patched.count("__THROW") < original.count("__THROW") + 4:
+        fail("CUDA: crt/math_functions.h no longer matches the rsqrt patch; update tools/cuda/private/toolkit.bzl")
+    rctx.file("overlay/crt/math_functions.h", patched, executable = False)
+
+def _local_cuda_impl(rctx):
+    root, how = _find_toolkit_root(rctx)
+    if root == None:
+        # buildifier: disable=print
+        print("WARNING: no CUDA toolkit found ($CUDA_PATH, nvcc on PATH, /usr/local/cuda): CUDA targets are skipped and the build is CPU-only.")
+        rctx.file("BUILD.bazel", _NO_TOOLKIT_BUILD)
+        rctx.file("defs.bzl", "CUDA_AVAILABLE = False\n")
+        return
+    nvcc = root.get_child("bin").get_child("nvcc")
+    version = _nvcc_version(rctx, nvcc)
+    overlay_include = ""
+    if _needs_rsqrt_overlay(version, _glibc_version(rctx)):
+        _write_rsqrt_overlay(rctx, root.get_child("include"))
+        overlay_include = "external/{}/overlay".format(rctx.name)
+    rctx.file("BUILD.bazel", _TOOLKIT_BUILD.format(
+        nvcc = str(nvcc),
+        overlay_include = overlay_include,
+        version = version,
+    ))
+    rctx.file("defs.bzl", "CUDA_AVAILABLE = True\n")
+    rctx.file("README", "CUDA {} from {} (found through {}).\n".format(version, root, how))
+
+local_cuda_repository = repository_rule(
+    implementation = _local_cuda_impl,
+    environ = ["CUDA_PATH", "PATH"],
+    local = True,
+)
+
+def _cuda_extension_impl(_module_ctx):
+    local_cuda_repository(name = "local_cuda")
+
+cuda = module_extension(implementation = _cuda_extension_impl)

@@ -1,0 +1,24 @@
+"""pytest_test: a py_test whose files run under pytest."""
+
+load("@pypi//:requirements.bzl", "requirement")
+load("@rules_python//python:defs.bzl", "py_test")
+
+def pytest_test(name, srcs, deps = [], args = [], **kwargs):
+    """Runs `srcs` with pytest. Skipped tests are listed in the log (-rs).
+
+    Args:
+      name: the test name.
+      srcs: test files (and helpers they import).
+      deps: py_library dependencies; pytest is added.
+      args: extra pytest arguments.
+      **kwargs: data, env, size, tags, ... as for py_test.
+    """
+    runner = Label("//tools/pytest:pytest_runner.py")
+    py_test(
+        name = name,
+        srcs = [runner] + srcs,
+        main = runner,
+        args = ["$(location {})".format(s) for s in srcs if s.endswith("_test.py") or s.split("/")[-1].startswith("test_")] + args,
+        deps = deps + [requirement("pytest")],
+        **kwargs
+    )

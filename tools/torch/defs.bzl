@@ -1,0 +1,87 @@
+"""Macros for PyTorch C++ code: op libraries, and binaries that run against LibTorch."""
+
+load("@libtorch//:defs.bzl", "torch_runtime_linkopts")
+load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
+load("//tools/cuda:defs.bzl", "CUDA_AVAILABLE", "cuda_library")
+
+# CPU kernels use at::vec at AVX2 width, the portable x86-64-v3 level that the
+# exported packages also target. at::vec lives in a namespace named by
+# CPU_CAPABILITY, so these copies never clash with torch's own.
+# at::parallel_for is an inline OpenMP region in torch's OpenMP build, so
+# without -fopenmp it would silently run on one thread.
+TORCH_CPU_KERNEL_COPTS = [
+    "-O3",
+    "-fopenmp",
+    "-mavx2",
+    "-mfma",
+    "-mf16c",
+    "-DCPU_CAPABILITY=AVX2",
+    "-DCPU_CAPABILITY_AVX2",
+]
+
+# The defines torch's own extension builder passes to nvcc: they keep CUDA's
+# half/bfloat16 operators out of the way of c10::Half and c10::BFloat16.
+TORCH_NVCC_COPTS = [
+    "-D__CUDA_NO_HALF_OPERATORS__",
+    "-D__CUDA_NO_HALF_CONVERSIONS__",
+    "-D__CUDA_NO_BFLOAT16_CONVERSIONS__",
+    "-D__CUDA_NO_HALF2_OPERATORS__",
+    "--expt-relaxed-constexpr",
+]
+
+def torch_op_library(name, ops, registration = "registration.cpp", common = "common", visibility = None):
+    """Builds lib<name>.so, a PyTorch op library, from one folder per op.
+
+    Each op folder holds *.cpp (CPU kernels, with their TORCH_LIBRARY_IMPL),
+    *.cu (CUDA kernels), and headers. `registration` holds the one
+    TORCH_LIBRARY block with every schema. Adding an op means adding its
+    folder to `ops` and its schema line to `registration`.
+
+    Targets: lib<name>.so (the shared library), <name>_cpu and, when a CUDA
+    toolkit is present, <name>_cuda.
+
+    Args:
+      name: library name; the shared library is lib<name>.so.
+      ops: op folder names, relative to this package.
+      registration: the source file with TORCH_LIBRARY.
+      common: folder of helpers shared by the ops.
+      visibility: visibility of the shared library.
+    """
+    folders = [common] + ops
+    headers = native.glob([f + "/*.h" for f in folders])
+    cc_library(
+        name = name + "_cpu",
+        srcs = [registration] + native.glob([f + "/*.cpp" for f in folders]),
+        hdrs = headers,
+        copts = TORCH_CPU_KERNEL_COPTS,
+        linkopts = ["-fopenmp"],
+        deps = ["@libtorch//:torch_cpu"],
+        alwayslink = True,
+    )
+    backends = [":" + name + "_cpu"]
+    if CUDA_AVAILABLE:
+        cuda_library(
+            name = name + "_cuda",
+            srcs = native.glob([f + "/*.cu" for f in folders]),
+            hdrs = headers + native.glob([f + "/*.cuh" for f in folders]),
+            copts = TORCH_NVCC_COPTS,
+            deps = ["@libtorch//:torch_cuda"],
+            alwayslink = True,
+        )
+        backends.append(":" + name + "_cuda")
+    cc_binary(
+        name = "lib" + name + ".so",
+        linkshared = True,
+        # Every symbol must resolve at link time, not at dlopen on a user's machine.
+        linkopts = ["-Wl,-z,defs"],
+        visibility = visibility,
+        deps = backends,
+    )
+
+def torch_cc_binary(name, linkopts = [], **kwargs):
+    """A cc_binary that finds LibTorch in its runfiles under `bazel run` and `bazel test`."""
+    cc_binary(name = name, linkopts = linkopts + torch_runtime_linkopts(name), **kwargs)
+
+def torch_cc_test(name, linkopts = [], **kwargs):
+    """A cc_test that finds LibTorch in its runfiles."""
+    cc_test(name = name, linkopts = linkopts + torch_runtime_linkopts(name), **kwargs)
