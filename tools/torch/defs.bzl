@@ -1,7 +1,10 @@
 """Macros for PyTorch C++ code: op libraries, and binaries that run against LibTorch."""
 
+load("@bazel_skylib//rules:diff_test.bzl", "diff_test")
+load("@bazel_skylib//rules:write_file.bzl", "write_file")
 load("@libtorch//:defs.bzl", "torch_runtime_linkopts")
 load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
+load("@rules_python//python:defs.bzl", "py_binary")
 load("//tools/cuda:defs.bzl", "CUDA_AVAILABLE", "cuda_library")
 
 # CPU kernels use at::vec at AVX2 width, the portable x86-64-v3 level that the
@@ -29,6 +32,13 @@ TORCH_NVCC_COPTS = [
     "--expt-relaxed-constexpr",
 ]
 
+# -z defs: every symbol must resolve at link time, not at dlopen on a
+# user's machine. -fopenmp: the OpenMP runtime the CPU kernels' regions need.
+TORCH_OP_LIBRARY_LINKOPTS = [
+    "-Wl,-z,defs",
+    "-fopenmp",
+]
+
 def torch_op_library(name, ops, registration = "registration.cpp", common = "common", visibility = None):
     """Builds lib<name>.so, a PyTorch op library, from one folder per op.
 
@@ -49,12 +59,15 @@ def torch_op_library(name, ops, registration = "registration.cpp", common = "com
     """
     folders = [common] + ops
     headers = native.glob([f + "/*.h" for f in folders])
+    cpu_srcs = [registration] + native.glob([f + "/*.cpp" for f in folders])
+    cuda_srcs = native.glob([f + "/*.cu" for f in folders])
+    cuda_hdrs = native.glob([f + "/*.cuh" for f in folders])
+    _source_list(name, cpu_srcs, cuda_srcs, headers + cuda_hdrs)
     cc_library(
         name = name + "_cpu",
-        srcs = [registration] + native.glob([f + "/*.cpp" for f in folders]),
+        srcs = cpu_srcs,
         hdrs = headers,
         copts = TORCH_CPU_KERNEL_COPTS,
-        linkopts = ["-fopenmp"],
         deps = ["@libtorch//:torch_cpu"],
         alwayslink = True,
     )
@@ -62,8 +75,8 @@ def torch_op_library(name, ops, registration = "registration.cpp", common = "com
     if CUDA_AVAILABLE:
         cuda_library(
             name = name + "_cuda",
-            srcs = native.glob([f + "/*.cu" for f in folders]),
-            hdrs = headers + native.glob([f + "/*.cuh" for f in folders]),
+            srcs = cuda_srcs,
+            hdrs = headers + cuda_hdrs,
             copts = TORCH_NVCC_COPTS,
             deps = ["@libtorch//:torch_cuda"],
             alwayslink = True,
@@ -72,10 +85,51 @@ def torch_op_library(name, ops, registration = "registration.cpp", common = "com
     cc_binary(
         name = "lib" + name + ".so",
         linkshared = True,
-        # Every symbol must resolve at link time, not at dlopen on a user's machine.
-        linkopts = ["-Wl,-z,defs"],
+        linkopts = TORCH_OP_LIBRARY_LINKOPTS,
         visibility = visibility,
         deps = backends,
+    )
+
+def _source_list(name, cpu_srcs, cuda_srcs, hdrs):
+    """Keeps <name>_sources.txt, the source list for builds without Bazel, equal to this macro's.
+
+    tools/gpu_check builds the library on machines that have no Bazel; it reads
+    the committed list, and <name>_sources_test fails when the list goes stale.
+    """
+    package = native.package_name()
+    lines = [
+        "# Generated from torch_op_library(name = \"{}\"); do not edit.".format(name),
+        "# Update: tools/bazel run //{}:{}_sources_update".format(package, name),
+    ]
+    lines += ["cpp " + package + "/" + f for f in cpu_srcs]
+    lines += ["cu " + package + "/" + f for f in cuda_srcs]
+    lines += ["hdr " + package + "/" + f for f in hdrs]
+    lines += ["cpu_copt " + f for f in TORCH_CPU_KERNEL_COPTS]
+    lines += ["nvcc_copt " + f for f in TORCH_NVCC_COPTS]
+    lines += ["linkopt " + f for f in TORCH_OP_LIBRARY_LINKOPTS]
+    write_file(
+        name = name + "_sources_generated",
+        out = name + "_sources.generated.txt",
+        content = lines + [""],
+    )
+    diff_test(
+        name = name + "_sources_test",
+        failure_message = "{pkg}/{name}_sources.txt is stale: run tools/bazel run //{pkg}:{name}_sources_update".format(
+            pkg = package,
+            name = name,
+        ),
+        file1 = name + "_sources.txt",
+        file2 = name + "_sources_generated",
+    )
+    py_binary(
+        name = name + "_sources_update",
+        srcs = [Label("//tools/torch:copy_to_workspace.py")],
+        main = Label("//tools/torch:copy_to_workspace.py"),
+        args = [
+            "$(rootpath {}_sources_generated)".format(name),
+            package + "/" + name + "_sources.txt",
+        ],
+        data = [name + "_sources_generated"],
     )
 
 def torch_cc_binary(name, linkopts = [], **kwargs):

@@ -1,0 +1,18 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "ops/common/checks.h"
+
+namespace my_ops {
+
+inline void check_fused_add_rms_norm_args(const at::Tensor& x, const at::Tensor& residual,
+                                          const at::Tensor& weight, double eps) {
+  constexpr c10::string_view kOp = "fused_add_rms_norm";
+  check_primary_input(kOp, "x", x);
+  check_same_shape(kOp, "residual", residual, "x", x);
+  check_last_dim_vector(kOp, "weight", weight, "x", x);
+  check_non_negative(kOp, "eps", eps);
+}
+
+}  // namespace my_ops

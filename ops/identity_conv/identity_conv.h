@@ -1,0 +1,13 @@
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include "ops/common/checks.h"
+
+namespace my_ops {
+
+inline void check_identity_conv_args(const at::Tensor& x) {
+  check_primary_input("identity_conv_op", "x", x);
+}
+
+}  // namespace my_ops

@@ -1,0 +1,58 @@
+#include "ops/rms_norm_class/rms_norm.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <utility>
+
+#include "ops/common/checks.h"
+
+namespace my_ops {
+namespace {
+
+using FusedAddRmsNormSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&,
+                                                                    const at::Tensor&,
+                                                                    const at::Tensor&, double);
+
+// Going through the dispatcher (rather than calling a backend function) picks the CPU or CUDA
+// kernel from the input's device and keeps the call visible to tracing and export.
+std::tuple<at::Tensor, at::Tensor> call_fused_add_rms_norm(const at::Tensor& x,
+                                                           const at::Tensor& residual,
+                                                           const at::Tensor& weight, double eps) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("my_ops::fused_add_rms_norm", "")
+                             .typed<FusedAddRmsNormSignature>();
+  return op.call(x, residual, weight, eps);
+}
+
+}  // namespace
+
+RMSNorm::RMSNorm(at::Tensor weight, double eps) : weight_(std::move(weight)), eps_(eps) {
+  constexpr c10::string_view kOp = "RMSNorm";
+  TORCH_CHECK(weight_.defined(), kOp, ": expected weight to be a defined tensor");
+  TORCH_CHECK(is_supported_floating_dtype(weight_.scalar_type()), kOp,
+              ": expected weight to have a floating dtype (float32, float64, float16 or bfloat16), "
+              "got ",
+              weight_.scalar_type());
+  TORCH_CHECK(weight_.dim() == 1, kOp, ": expected weight to be 1-D, got ", weight_.dim(),
+              "-D with shape ", weight_.sizes());
+  check_non_negative(kOp, "eps", eps_);
+}
+
+at::Tensor RMSNorm::forward(const at::Tensor& x) const {
+  // A zero residual turns the fused add into a no-op, so plain RMSNorm shares the fused kernel.
+  return std::get<0>(call_fused_add_rms_norm(x, at::zeros_like(x), weight_, eps_));
+}
+
+std::tuple<at::Tensor, at::Tensor> RMSNorm::forward_residual(const at::Tensor& x,
+                                                             const at::Tensor& residual) const {
+  return call_fused_add_rms_norm(x, residual, weight_, eps_);
+}
+
+c10::intrusive_ptr<RMSNorm> RMSNorm::from_state(State state) {
+  return c10::make_intrusive<RMSNorm>(std::move(std::get<0>(state)), std::get<1>(state));
+}
+
+RMSNorm::Flattened RMSNorm::flatten() const { return {{"weight", weight_}, {"eps", eps_}}; }
+
+}  // namespace my_ops

@@ -1,0 +1,31 @@
+"""pytest configuration shared by the my_ops tests."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+# From a source checkout (`python -m pytest python/tests`), make the package importable.
+# Under Bazel the py_test deps already provide it.
+if importlib.util.find_spec("my_ops") is None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# Keep hypothesis' scratch files out of the source tree (Bazel runs from $TEST_TMPDIR).
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY",
+    os.path.join(os.environ.get("TEST_TMPDIR") or tempfile.gettempdir(), "my_ops_hypothesis"),
+)
+
+
+def pytest_report_header(config):
+    import torch
+
+    import my_ops
+
+    return [
+        f"my_ops library: {my_ops.loaded_path()}",
+        f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}",
+    ]

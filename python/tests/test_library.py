@@ -1,0 +1,192 @@
+"""Locating and loading libmy_ops.so."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import my_ops
+from my_ops import _library
+
+PROBE = (
+    "import torch, my_ops\n"
+    "print('FILE', my_ops.__file__)\n"
+    "print('LOADED', my_ops.is_loaded(), my_ops.loaded_path())\n"
+    "try:\n"
+    "    out = my_ops.fused_bias_gelu(torch.zeros(2), torch.zeros(2))\n"
+    "    print('RESULT', out.tolist())\n"
+    "except my_ops.LibraryNotFoundError as e:\n"
+    "    print('NOTFOUND', e.paths_tried)\n"
+    "    print(e)\n"
+)
+
+
+def _clean_env(**overrides: str) -> dict:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("MY_OPS_LIBRARY", "RUNFILES_DIR", "TEST_SRCDIR", "RUNFILES_MANIFEST_FILE")
+    }
+    env.update(overrides)
+    return env
+
+
+def _probe(env: dict, pythonpath: list[str]) -> str:
+    env = dict(env, PYTHONPATH=os.pathsep.join(pythonpath))
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        env=env,
+        cwd=pythonpath[0],  # the package copy comes first, not the checkout in the cwd
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # The probe must import the package copy, not the checkout.
+    assert f"FILE {pythonpath[0]}" in proc.stdout, proc.stdout
+    return proc.stdout
+
+
+def _sys_path_without_my_ops() -> list[str]:
+    package_root = str(Path(my_ops.__file__).resolve().parents[1])
+    return [p for p in sys.path if p and os.path.realpath(p) != package_root]
+
+
+@pytest.fixture(scope="module")
+def real_library() -> str:
+    path = my_ops.loaded_path()
+    assert path is not None
+    return path
+
+
+@pytest.fixture()
+def package_copy(tmp_path) -> Path:
+    """A copy of the my_ops package at <tmp>/python/my_ops (a runfiles-like layout)."""
+    root = tmp_path / "python"
+    shutil.copytree(Path(my_ops.__file__).parent, root / "my_ops")
+    return root
+
+
+def test_missing_env_path_names_every_path_and_the_variable(tmp_path, package_copy):
+    missing = tmp_path / "nope" / "libmy_ops.so"
+    out = _probe(
+        _clean_env(MY_OPS_LIBRARY=str(missing)), [str(package_copy), *_sys_path_without_my_ops()]
+    )
+    assert "LOADED False None" in out
+    assert "NOTFOUND" in out and str(missing) in out
+    assert "MY_OPS_LIBRARY" in out and "load_library" in out
+
+
+@pytest.fixture()
+def clean_env(monkeypatch):
+    for var in ("MY_OPS_LIBRARY", "RUNFILES_DIR", "TEST_SRCDIR", "RUNFILES_MANIFEST_FILE"):
+        monkeypatch.delenv(var, raising=False)
+    return monkeypatch
+
+
+def test_not_found_anywhere_lists_all_candidates(tmp_path, clean_env, package_copy):
+    runfiles = tmp_path / "runfiles"
+    clean_env.setenv("RUNFILES_DIR", str(runfiles))
+    with pytest.raises(my_ops.LibraryNotFoundError) as info:
+        _library.find_library(package_copy / "my_ops")
+    message = str(info.value)
+    for expected in (
+        runfiles / "_main" / "ops" / "libmy_ops.so",
+        tmp_path / "ops" / "libmy_ops.so",  # package-relative location
+    ):
+        assert str(expected) in message
+        assert str(expected) in info.value.paths_tried
+    assert "MY_OPS_LIBRARY" in message
+
+
+def test_found_via_env_var(tmp_path, clean_env, real_library):
+    clean_env.setenv("MY_OPS_LIBRARY", real_library)
+    assert _library.find_library(tmp_path) == real_library
+
+
+def test_env_var_to_missing_file_does_not_fall_through(tmp_path, clean_env, package_copy):
+    lib = tmp_path / "ops" / "libmy_ops.so"
+    lib.parent.mkdir()
+    lib.touch()
+    clean_env.setenv("MY_OPS_LIBRARY", str(tmp_path / "missing.so"))
+    with pytest.raises(my_ops.LibraryNotFoundError, match="MY_OPS_LIBRARY"):
+        _library.find_library(package_copy / "my_ops")
+
+
+def test_found_via_runfiles_dir(tmp_path, clean_env, real_library):
+    for var in ("RUNFILES_DIR", "TEST_SRCDIR"):
+        lib = tmp_path / var / "_main" / "ops" / "libmy_ops.so"
+        lib.parent.mkdir(parents=True)
+        lib.symlink_to(real_library)
+        clean_env.setenv(var, str(tmp_path / var))
+        assert _library.find_library(tmp_path / "elsewhere" / "my_ops") == str(lib)
+        clean_env.delenv(var)
+
+
+def test_found_relative_to_package(tmp_path, clean_env, real_library, package_copy):
+    # <root>/python/my_ops/../../ops/libmy_ops.so, as in a Bazel runfiles tree.
+    lib = tmp_path / "ops" / "libmy_ops.so"
+    lib.parent.mkdir()
+    lib.symlink_to(real_library)
+    assert _library.find_library(package_copy / "my_ops") == str(lib)
+
+
+def test_found_relative_to_symlinked_package(tmp_path, clean_env, real_library, package_copy):
+    # Package files that are symlinks into a source tree (Bazel runfiles) still find the
+    # library next to the unresolved package directory.
+    runfiles_pkg = tmp_path / "rf" / "_main" / "python" / "my_ops"
+    runfiles_pkg.mkdir(parents=True)
+    for f in (package_copy / "my_ops").iterdir():
+        (runfiles_pkg / f.name).symlink_to(f)
+    lib = tmp_path / "rf" / "_main" / "ops" / "libmy_ops.so"
+    lib.parent.mkdir()
+    lib.symlink_to(real_library)
+    assert _library.find_library(runfiles_pkg) == str(lib)
+
+
+def test_explicit_load_of_missing_path(tmp_path):
+    with pytest.raises(my_ops.LibraryNotFoundError) as info:
+        my_ops.load_library(tmp_path / "missing.so")
+    assert str(tmp_path / "missing.so") in str(info.value)
+    assert isinstance(info.value, ImportError)
+    assert info.value.paths_tried == [str(tmp_path / "missing.so")]
+
+
+def test_load_library_is_idempotent(real_library):
+    assert my_ops.is_loaded()
+    assert my_ops.load_library(real_library) == real_library
+    assert my_ops.load_library() == real_library
+    assert real_library in torch.ops.loaded_libraries
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(my_ops.identity_conv(x), x)
+
+
+def test_second_copy_is_refused(tmp_path, real_library):
+    copy = tmp_path / "libmy_ops_copy.so"
+    shutil.copy(real_library, copy)
+    with pytest.raises(RuntimeError, match="already loaded"):
+        my_ops.load_library(copy)
+
+
+def test_candidate_order(monkeypatch, tmp_path):
+    monkeypatch.setenv("MY_OPS_LIBRARY", str(tmp_path / "env.so"))
+    monkeypatch.setenv("RUNFILES_DIR", str(tmp_path / "rf"))
+    monkeypatch.delenv("TEST_SRCDIR", raising=False)
+    monkeypatch.delenv("RUNFILES_MANIFEST_FILE", raising=False)
+    paths = _library.candidate_paths()
+    assert paths[0] == str(tmp_path / "env.so")
+    assert str(tmp_path / "rf" / "_main" / "ops" / "libmy_ops.so") in paths
+    assert paths[-1].endswith(os.path.join("ops", "libmy_ops.so"))
+    # Where the library sits beside the package in a Bazel runfiles tree.
+    package_relative = Path(my_ops.__file__).parent / ".." / ".." / "ops" / "libmy_ops.so"
+    assert os.path.normpath(package_relative) in paths
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-p", "no:cacheprovider", *sys.argv[1:]]))

@@ -1,0 +1,138 @@
+"""Shared helpers for the my_ops test suite: devices, dtypes, tolerances, input layouts."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+import my_ops  # noqa: F401  (loads libmy_ops.so)
+
+_CUDA_MARK = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+def _device_params() -> list:
+    """Devices under test. ``MY_OPS_TEST_DEVICES=cuda`` (comma separated) selects a subset."""
+    names = [d.strip() for d in os.environ.get("MY_OPS_TEST_DEVICES", "cpu,cuda").split(",")]
+    params = []
+    for name in filter(None, names):
+        if name.startswith("cuda"):
+            params.append(pytest.param(name, marks=_CUDA_MARK, id=name))
+        else:
+            params.append(pytest.param(name, id=name))
+    return params
+
+
+DEVICES = _device_params()
+FLOAT_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+APPROXIMATE = ["none", "tanh"]
+
+# Tolerances against the float64 reference (which is rounded once to the output dtype).
+# u = unit roundoff = 2**-(mantissa bits incl. implicit bit).
+# * float64: u = 1.1e-16. Row reductions over <= ~4k terms and libm erf/tanh differ by a
+#   few ulp, so 1e-9 leaves a large margin while still catching any real bug.
+# * float32: u = 6e-8. A sequential fp32 sum of squares over ~4k elements can lose up
+#   to ~sqrt(n)*u ~ 4e-6 (typical) relative; rtol 2e-5 is ~300 ulp, atol 1e-5 covers values
+#   near zero (gelu of large negative inputs).
+# * bfloat16: 8 significant bits, u = 2**-8 = 3.9e-3. The kernel may round x+bias /
+#   x+residual to bf16 before the nonlinearity and rounds the result again: allow 4 ulp
+#   (rtol 1.6e-2, the torch.testing default) and atol 1e-2 for outputs near zero, where an
+#   ulp of the input moves the output by up to ~1e-2 absolute.
+# * float16: 11 significant bits, u = 2**-11 = 4.9e-4: 4 ulp -> rtol 2e-3, atol 1e-3.
+TOLERANCES = {
+    torch.float64: {"rtol": 1e-9, "atol": 1e-10},
+    torch.float32: {"rtol": 2e-5, "atol": 1e-5},
+    torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
+    torch.float16: {"rtol": 2e-3, "atol": 1e-3},
+}
+
+
+def tol(dtype: torch.dtype) -> dict:
+    return TOLERANCES[dtype]
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, msg: str = "") -> None:
+    """Compare in float64 with the tolerance of ``expected.dtype``; dtype/shape must match.
+
+    ``|actual - expected| <= atol + rtol * |expected|`` elementwise (no NaN allowed). A fast
+    vectorized check runs first; otherwise torch.testing decides (matching infinities) and
+    reports any mismatch in detail.
+    """
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert actual.device == expected.device, (actual.device, expected.device)
+    t = tol(expected.dtype)
+    a, e = actual.detach().double(), expected.detach().double()
+    if bool(((a - e).abs() <= t["atol"] + t["rtol"] * e.abs()).all()):
+        return
+    torch.testing.assert_close(
+        a.cpu(), e.cpu(), **t, msg=(lambda m: f"{msg}\n{m}") if msg else None
+    )
+
+
+# Shapes: empty (0 rows), one element, odd sizes, large (~1e6 elements).
+SHAPES = {
+    "empty": (0, 16),
+    "one": (1, 1),
+    "odd": (3, 7, 13),
+    "vector": (5,),
+    "large": (257, 4099),
+}
+
+LAYOUTS = ["contiguous", "sliced", "rows", "transposed"]
+
+
+def make_input(
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: str,
+    layout: str = "contiguous",
+    scale: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """A tensor of ``shape`` with the requested memory layout.
+
+    * ``sliced``: a view with step 2 in the last dimension (stride 2, storage offset 1).
+    * ``rows``: every other row (first-dim step 2; last dim stays dense).
+    * ``transposed``: a view of a tensor stored with the last two dims swapped (last-dim
+      stride != 1); for 1-D shapes it falls back to ``sliced``.
+    """
+    if layout == "sliced" or (layout == "transposed" and len(shape) < 2):
+        big = list(shape)
+        big[-1] = 2 * shape[-1] + 1
+        base = torch.randn(big, dtype=torch.float64, generator=generator) * scale
+        t = base.to(dtype=dtype, device=device)[..., 1::2]
+    elif layout == "rows" and len(shape) >= 2:
+        big = [2 * shape[0], *shape[1:]]
+        base = torch.randn(big, dtype=torch.float64, generator=generator) * scale
+        t = base.to(dtype=dtype, device=device)[::2]
+    elif layout == "transposed":
+        swapped = list(shape)
+        swapped[-1], swapped[-2] = swapped[-2], swapped[-1]
+        base = torch.randn(swapped, dtype=torch.float64, generator=generator) * scale
+        t = base.to(dtype=dtype, device=device).transpose(-1, -2)
+    else:
+        base = torch.randn(shape, dtype=torch.float64, generator=generator) * scale
+        t = base.to(dtype=dtype, device=device)
+    assert tuple(t.shape) == tuple(shape)
+    if layout in ("sliced", "transposed") and t.numel() > 1 and shape[-1] > 1:
+        assert not t.is_contiguous()
+    return t
+
+
+def hypothesis_settings(max_examples: int = 50):
+    # No example database: the Bazel sandbox / runfiles tree may be read-only.
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def run_this_file(path: str) -> None:
+    """Entry point so each test file also works as a plain script / Bazel main."""
+    sys.exit(pytest.main([path, "-p", "no:cacheprovider", *sys.argv[1:]]))
