@@ -1,0 +1,121 @@
+"""Shared fixtures for the deploy tests.
+
+Environment (set by the Bazel py_test rules; set them by hand otherwise):
+  MY_OPS_LIBRARY  path to libmy_ops.so (also read by the my_ops package)
+  MY_OPS_LOADER   path to the C++ loader binary
+  MY_OPS_EXPORT   optional: export executable; default runs deploy/export.py
+                  with this interpreter
+  LIBTORCH_LIB    optional: LibTorch lib folder (or a file in it) for the
+                  copied-loader and bundle tests; default: what the loader uses
+Relative paths are taken from the runfiles root, as $(rootpath ...) gives them.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# absolute(), not resolve(): under Bazel the files are symlinks in the
+# runfiles tree, and their neighbours (default_model.py, ...) live there too.
+TESTS_DIR = Path(os.path.abspath(__file__)).parent
+DEPLOY_DIR = TESTS_DIR.parent
+
+
+def absolute_from_env(value: str) -> str:
+    """Make a path from the environment absolute.
+
+    Bazel passes runfiles-relative paths ($(rootpath ...)), but the pytest
+    runner changes into $TEST_TMPDIR, so resolve those against the runfiles.
+    """
+    if os.path.isabs(value) or os.path.exists(value):
+        return os.path.abspath(value)
+    srcdir = os.environ.get("TEST_SRCDIR") or os.environ.get("RUNFILES_DIR")
+    if srcdir:
+        candidate = os.path.join(srcdir, os.environ.get("TEST_WORKSPACE", "_main"), value)
+        if os.path.exists(candidate):
+            return candidate
+    return os.path.abspath(value)
+
+
+# Normalised once, before anything (my_ops, child processes) reads them.
+for _name in ("MY_OPS_LIBRARY", "MY_OPS_LOADER", "MY_OPS_EXPORT", "LIBTORCH_LIB"):
+    if os.environ.get(_name):
+        os.environ[_name] = absolute_from_env(os.environ[_name])
+
+# Exit codes of the loader, mirrored from its --help.
+LOADER_EXIT = {
+    "ok": 0,
+    "other": 1,
+    "usage": 2,
+    "ops": 3,
+    "package_missing": 4,
+    "package_corrupt": 5,
+    "input_unreadable": 6,
+    "input_mismatch": 7,
+    "output_unwritable": 8,
+    "expect_mismatch": 9,
+}
+
+
+def _required_env(name: str) -> str:
+    value = os.environ.get(name)
+    if not value:
+        pytest.fail(f"environment variable {name} must point at the file under test")
+    path = absolute_from_env(value)
+    if not os.path.exists(path):
+        pytest.fail(f"{name}={value} does not exist")
+    return path
+
+
+@pytest.fixture(scope="session")
+def ops_library() -> str:
+    return _required_env("MY_OPS_LIBRARY")
+
+
+@pytest.fixture(scope="session")
+def loader_bin() -> str:
+    return _required_env("MY_OPS_LOADER")
+
+
+def child_env(tmpdir: Path | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    # Subprocesses must import my_ops and the test helpers exactly as we do.
+    paths = [str(TESTS_DIR), str(DEPLOY_DIR)] + [p for p in sys.path if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    if tmpdir is not None:
+        tmpdir.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmpdir)
+    return env
+
+
+def export_command() -> list[str]:
+    exe = os.environ.get("MY_OPS_EXPORT")
+    if exe:
+        return [absolute_from_env(exe)]
+    return [sys.executable, str(DEPLOY_DIR / "export.py")]
+
+
+def run_export(args: list[str], tmpdir: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        export_command() + args,
+        env=child_env(tmpdir),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def run_loader(
+    loader: str, args: list[str], tmpdir: Path, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [loader, *args], env=child_env(tmpdir), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.strip()]

@@ -1,0 +1,366 @@
+"""End-to-end: export the default model once, then check the package from
+Python and from the C++ loader, including every documented loader error."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import (
+    DEPLOY_DIR,
+    LOADER_EXIT,
+    absolute_from_env,
+    child_env,
+    error_lines,
+    run_export,
+    run_loader,
+)
+
+MAX_BATCH = 8
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("export")
+    out = base / "out"
+    proc = run_export(["--out", str(out), "--max-batch", str(MAX_BATCH)], base / "tmp")
+    assert proc.returncode == 0, proc.stderr
+    for stage in ("export", "compile", "verify"):
+        assert re.search(rf"^{stage} *\.\.\. \d+\.\ds$", proc.stdout, re.M), proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == str(out)
+    # Nothing but the output folder may remain: no staging or Inductor folders.
+    assert sorted(os.listdir(base)) == ["out", "tmp"]
+    assert os.listdir(base / "tmp") == []
+    return out
+
+
+@pytest.fixture(scope="module")
+def eager():
+    sys.path.insert(0, str(DEPLOY_DIR))
+    try:
+        import default_model
+    finally:
+        sys.path.remove(str(DEPLOY_DIR))
+    return default_model.make_model(max_batch=MAX_BATCH)
+
+
+@pytest.fixture(scope="module")
+def compiled(exported: Path, tmp_path_factory: pytest.TempPathFactory):
+    import my_ops
+
+    # The package calls into the op library, which must be loaded first.
+    my_ops.load_library(os.environ["MY_OPS_LIBRARY"])
+    tmp = tmp_path_factory.mktemp("aoti_extract")
+    old_env, old_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
+    os.environ["TMPDIR"], tempfile.tempdir = str(tmp), str(tmp)
+    try:
+        yield torch._inductor.aoti_load_package(str(exported / "model.pt2"))
+    finally:
+        tempfile.tempdir = old_tempdir
+        if old_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old_env
+
+
+def test_output_files(exported: Path) -> None:
+    assert sorted(os.listdir(exported)) == ["expected_output.pt", "model.pt2", "sample_input.pt"]
+    inputs = torch.load(exported / "sample_input.pt")
+    expected = torch.load(exported / "expected_output.pt")
+    assert isinstance(inputs, tuple) and all(isinstance(t, torch.Tensor) for t in inputs)
+    assert isinstance(expected, tuple) and all(isinstance(t, torch.Tensor) for t in expected)
+
+
+@pytest.mark.parametrize("batch", [1, 7, MAX_BATCH])
+def test_python_parity(compiled, eager, batch: int) -> None:
+    inputs = eager.make_inputs(batch)
+    with torch.no_grad():
+        want = eager.module(*inputs)
+    got = compiled(*inputs)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    assert got.shape == want.shape
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_python_parity_sample(compiled, eager, exported: Path) -> None:
+    inputs = torch.load(exported / "sample_input.pt")
+    expected = torch.load(exported / "expected_output.pt")
+    with torch.no_grad():
+        torch.testing.assert_close(eager.module(*inputs), expected[0])
+    got = compiled(*inputs)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    torch.testing.assert_close(got, expected[0], atol=1e-4, rtol=1e-4)
+
+
+# --------------------------------------------------------------------------- C++ loader
+
+
+def _loader(loader_bin, ops_library, tmp_path: Path, *args: str, ops: bool = True):
+    tmp = tmp_path / "tmpdir"
+    extra = ["--ops", ops_library] if ops else []
+    proc = run_loader(loader_bin, [*extra, *args], tmp)
+    leftovers = os.listdir(tmp)
+    assert leftovers == [], f"temporary files left behind: {leftovers}"
+    return proc
+
+
+def test_loader_parity(loader_bin, ops_library, exported: Path, eager, tmp_path: Path) -> None:
+    out = tmp_path / "out.pt"
+    proc = _loader(
+        loader_bin, ops_library, tmp_path,
+        "--package", str(exported / "model.pt2"),
+        "--input", str(exported / "sample_input.pt"),
+        "--output", str(out),
+        "--expect", str(exported / "expected_output.pt"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    got = torch.load(out)
+    assert isinstance(got, tuple) and len(got) == 1
+    inputs = torch.load(exported / "sample_input.pt")
+    with torch.no_grad():
+        torch.testing.assert_close(got[0], eager.module(*inputs), atol=1e-4, rtol=1e-4)
+    assert not Path(str(out) + ".tmp").exists()
+
+
+@pytest.mark.parametrize("batch", [1, 7, MAX_BATCH])
+def test_loader_batches(loader_bin, ops_library, exported, eager, tmp_path, batch: int) -> None:
+    inputs = eager.make_inputs(batch)
+    torch.save(list(inputs), tmp_path / "in.pt")  # a list must work as well as a tuple
+    proc = _loader(
+        loader_bin, ops_library, tmp_path,
+        "--package", str(exported / "model.pt2"),
+        "--input", str(tmp_path / "in.pt"),
+        "--output", str(tmp_path / "out.pt"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with torch.no_grad():
+        want = eager.module(*inputs)
+    torch.testing.assert_close(torch.load(tmp_path / "out.pt")[0], want, atol=1e-4, rtol=1e-4)
+
+
+def test_loader_concurrent_bench(loader_bin, ops_library, exported: Path, tmp_path: Path) -> None:
+    proc = _loader(
+        loader_bin, ops_library, tmp_path,
+        "--package", str(exported / "model.pt2"),
+        "--input", str(exported / "sample_input.pt"),
+        "--output", str(tmp_path / "out.pt"),
+        "--bench", "10", "--threads", "3", "--runners", "2",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "p50" in proc.stdout and "p99" in proc.stdout
+
+
+def _libtorch_dir(loader_bin: str) -> str:
+    """A LibTorch lib folder in which every library's dependencies resolve.
+
+    $LIBTORCH_LIB (a folder, or a file inside it) wins: under Bazel it names
+    the merged LibTorch tree, where libtorch's relative RUNPATH also finds the
+    CUDA libraries of the cu13x wheel. Otherwise use what the loader resolves.
+    """
+    value = os.environ.get("LIBTORCH_LIB")
+    if value:
+        path = absolute_from_env(value)
+        return path if os.path.isdir(path) else os.path.dirname(path)
+    proc = subprocess.run(["ldd", loader_bin], capture_output=True, text=True)
+    for line in proc.stdout.splitlines():
+        name, _, rest = line.strip().partition(" => ")
+        if name == "libtorch_cpu.so" and rest.startswith("/"):
+            return os.path.dirname(rest.split(" (")[0])
+    return str(Path(torch.__file__).parent / "lib")
+
+
+def test_loader_default_ops_beside_executable(
+    loader_bin, ops_library, exported: Path, tmp_path: Path
+) -> None:
+    # The edge bundle layout: loader and libmy_ops.so side by side, no --ops.
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    shutil.copy2(loader_bin, bundle / "loader")
+    shutil.copy2(ops_library, bundle / "libmy_ops.so")
+    env = child_env(tmp_path / "tmpdir")
+    # A copied binary may lose a relative rpath; the bundle uses LD_LIBRARY_PATH too.
+    torch_lib = _libtorch_dir(loader_bin)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, [torch_lib, env.get("LD_LIBRARY_PATH")]))
+    proc = subprocess.run(
+        [str(bundle / "loader"),
+         "--package", str(exported / "model.pt2"), "--input", str(exported / "sample_input.pt"),
+         "--output", str(tmp_path / "o.pt"), "--expect", str(exported / "expected_output.pt")],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert os.listdir(tmp_path / "tmpdir") == []
+
+
+def _bad_inputs(tmp_path: Path) -> dict[str, Path]:
+    files = {
+        "wrong_shape": (torch.randn(1, 16, 32),),
+        "wrong_dtype": (torch.randn(1, 16, 64, dtype=torch.float64),),
+        "too_many": (torch.randn(1, 16, 64), torch.randn(1, 16, 64)),
+        "too_few": (),
+        "batch_too_big": (torch.randn(MAX_BATCH + 1, 16, 64),),
+        "wrong_rank": (torch.randn(16, 64),),
+        "not_tensors": {"x": 1},
+    }
+    paths = {}
+    for name, value in files.items():
+        paths[name] = tmp_path / f"{name}.pt"
+        torch.save(value, paths[name])
+    return paths
+
+
+def _write_zip(path: Path, names: list[str]) -> Path:
+    with zipfile.ZipFile(path, "w") as z:
+        for n in names:
+            z.writestr(n, b"x")
+    return path
+
+
+CASES = [
+    # name, expected exit, how to build the arguments
+    ("missing_package", "package_missing"),
+    ("not_a_zip", "package_corrupt"),
+    ("truncated", "package_corrupt"),
+    ("zip_without_model", "package_corrupt"),
+    ("torch_save_as_package", "package_corrupt"),
+    ("missing_ops", "ops"),
+    ("ops_not_a_library", "ops"),
+    ("ops_without_my_ops", "ops"),
+    ("missing_input", "input_unreadable"),
+    ("garbage_input", "input_unreadable"),
+    ("not_tensors", "input_unreadable"),
+    ("wrong_shape", "input_mismatch"),
+    ("wrong_dtype", "input_mismatch"),
+    ("too_many", "input_mismatch"),
+    ("too_few", "input_mismatch"),
+    ("batch_too_big", "input_mismatch"),
+    ("wrong_rank", "input_mismatch"),
+    ("output_unwritable", "output_unwritable"),
+    ("expect_mismatch", "expect_mismatch"),
+    ("no_args", "usage"),
+    ("unknown_flag", "usage"),
+    ("bad_bench", "usage"),
+]
+
+
+@pytest.mark.parametrize("case, code", CASES)
+def test_loader_errors(loader_bin, ops_library, exported: Path, tmp_path: Path, case, code) -> None:
+    package = exported / "model.pt2"
+    sample = exported / "sample_input.pt"
+    out = tmp_path / "out.pt"
+    ops = ["--ops", ops_library]
+    bad = _bad_inputs(tmp_path)
+    garbage = tmp_path / "garbage.bin"
+    garbage.write_bytes(b"this is not a zip file at all")
+
+    def args(pkg=package, inp=sample, output=out, ops=ops, extra=()):
+        return [*ops, "--package", str(pkg), "--input", str(inp), "--output", str(output), *extra]
+
+    if case == "missing_package":
+        argv = args(pkg=tmp_path / "nope.pt2")
+    elif case == "not_a_zip":
+        argv = args(pkg=garbage)
+    elif case == "truncated":
+        data = package.read_bytes()
+        (tmp_path / "t.pt2").write_bytes(data[: len(data) // 2])
+        argv = args(pkg=tmp_path / "t.pt2")
+    elif case == "zip_without_model":
+        argv = args(pkg=_write_zip(tmp_path / "z.pt2", ["model/archive_format", "model/x.txt"]))
+    elif case == "torch_save_as_package":
+        argv = args(pkg=sample)
+    elif case == "missing_ops":
+        argv = args(ops=["--ops", str(tmp_path / "libnothing.so")])
+    elif case == "ops_not_a_library":
+        argv = args(ops=["--ops", str(garbage)])
+    elif case == "ops_without_my_ops":
+        # A real shared library that registers nothing the package needs.
+        libc10 = Path(torch.__file__).parent / "lib" / "libc10.so"
+        argv = args(ops=["--ops", str(libc10)])
+    elif case == "missing_input":
+        argv = args(inp=tmp_path / "nope.pt")
+    elif case == "garbage_input":
+        argv = args(inp=garbage)
+    elif case in bad:
+        argv = args(inp=bad[case])
+    elif case == "output_unwritable":
+        argv = args(output=garbage / "out.pt")
+        out = garbage / "out.pt"
+    elif case == "expect_mismatch":
+        torch.save((torch.zeros(1, 16, 64),), tmp_path / "zeros.pt")
+        argv = args(extra=["--expect", str(tmp_path / "zeros.pt")])
+    elif case == "no_args":
+        argv = []
+    elif case == "unknown_flag":
+        argv = args(extra=["--frobnicate"])
+    elif case == "bad_bench":
+        argv = args(extra=["--bench", "ten"])
+    else:
+        raise AssertionError(case)
+
+    proc = _loader(loader_bin, ops_library, tmp_path, *argv, ops=False)
+    assert proc.returncode == LOADER_EXIT[code], (proc.returncode, proc.stderr)
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("loader: error: "), proc.stderr
+    if case != "expect_mismatch":  # the output is valid there; only the comparison failed
+        assert not out.exists()
+    assert not Path(str(out) + ".tmp").exists()
+
+
+def test_loader_help_documents_exit_codes(loader_bin) -> None:
+    proc = subprocess.run([loader_bin, "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    for code in LOADER_EXIT.values():
+        assert f"\n  {code}  " in proc.stdout
+
+
+def test_loader_has_no_libpython(loader_bin) -> None:
+    proc = subprocess.run(["readelf", "-d", loader_bin], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    needed = [line for line in proc.stdout.splitlines() if "(NEEDED)" in line]
+    assert needed, proc.stdout
+    assert not [line for line in needed if "python" in line.lower()], needed
+
+
+def test_bundle_run_sh(loader_bin, ops_library, exported: Path, tmp_path: Path) -> None:
+    bundle_tar = tmp_path / "bundle.tar.gz"
+    proc = subprocess.run(
+        [sys.executable, str(DEPLOY_DIR / "make_bundle.py"), "--export-dir", str(exported),
+         "--loader", loader_bin, "--ops", ops_library, "--output", str(bundle_tar)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    with tarfile.open(bundle_tar) as tar:
+        names = sorted(tar.getnames())
+        tar.extractall(tmp_path / "x", filter="data")
+    top = "my_ops_bundle"
+    assert names == sorted(
+        f"{top}/{n}"
+        for n in ("loader", "libmy_ops.so", "model.pt2", "sample_input.pt",
+                  "expected_output.pt", "run.sh", "README.md")
+    )  # fmt: skip
+    torch_lib = _libtorch_dir(loader_bin)
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    env = child_env(tmp_path / "tmpdir")
+    env.pop("LIBTORCH_LIB", None)
+    run_sh = str(tmp_path / "x" / top / "run.sh")
+    proc = subprocess.run(
+        [run_sh, torch_lib], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK" in proc.stdout
+    assert os.listdir(tmp_path / "tmpdir") == []
+    assert os.listdir(elsewhere) == []
+    # Without a LibTorch directory run.sh explains what it needs.
+    proc = subprocess.run([run_sh], cwd=elsewhere, env=env, capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert len(error_lines(proc.stderr)) == 1

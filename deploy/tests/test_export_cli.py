@@ -1,0 +1,85 @@
+"""Command-line errors of deploy/export.py; none of these compile anything."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import error_lines, run_export
+
+
+def _assert_clean_failure(proc, tmp_path: Path, needle: str) -> None:
+    assert proc.returncode != 0, proc.stdout
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("export: error: "), proc.stderr
+    assert needle in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "model, needle",
+    [
+        ("no_colon_here", "module:factory"),
+        ("two words:f", "module:factory"),
+        ("surely_not_a_module_xyz:make", "cannot import"),
+        ("bad_models:does_not_exist", "no attribute"),
+        ("bad_models:NOT_CALLABLE", "not callable"),
+        ("bad_models:raises", "factory failed"),
+        ("bad_models:incomplete", "no 'module' attribute"),
+        ("bad_models:import_error_in_factory", "factory failed"),
+    ],
+)
+def test_bad_model(tmp_path: Path, model: str, needle: str) -> None:
+    proc = run_export(["--model", model, "--out", str(tmp_path / "out")], tmp_path / "tmp")
+    _assert_clean_failure(proc, tmp_path, needle)
+    assert not (tmp_path / "out").exists()
+    assert os.listdir(tmp_path) == ["tmp"]
+
+
+def test_cuda_without_gpu_fails_first(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    # A broken --model proves the device check runs before any other work.
+    proc = run_export(
+        ["--device", "cuda", "--model", "no_such_module:f", "--out", str(tmp_path / "o")],
+        tmp_path / "tmp",
+    )
+    _assert_clean_failure(proc, tmp_path, "GPU")
+    assert not (tmp_path / "o").exists()
+
+
+def test_unwritable_out(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    # Works even as root, unlike a chmod-based read-only folder.
+    proc = run_export(["--out", str(blocker / "out")], tmp_path / "tmp")
+    _assert_clean_failure(proc, tmp_path, "cannot write output folder")
+
+
+def test_usage_error_is_one_line(tmp_path: Path) -> None:
+    proc = run_export(["--max-batch", "0"], tmp_path / "tmp")
+    assert proc.returncode == 2
+    assert len(error_lines(proc.stderr)) == 1, proc.stderr
+
+
+def test_export_failure_keeps_previous_output(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "model.pt2").write_text("previous")
+    proc = run_export(["--model", "bad_models:data_dependent", "--out", str(out)], tmp_path / "tmp")
+    _assert_clean_failure(proc, tmp_path, "torch.export failed")
+    assert "hint" in proc.stderr
+    assert (out / "model.pt2").read_text() == "previous"
+    assert sorted(os.listdir(tmp_path)) == ["out", "tmp"]
+    assert os.listdir(tmp_path / "tmp") == []
+
+
+def test_help(tmp_path: Path) -> None:
+    proc = run_export(["--help"], tmp_path / "tmp")
+    assert proc.returncode == 0
+    for flag in ("--out", "--device", "--model", "--isa", "--max-batch"):
+        assert flag in proc.stdout
