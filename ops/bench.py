@@ -22,8 +22,8 @@ import torch
 
 try:
     import my_ops
-except ImportError:  # plain `python ops/bench/bench.py` from a source checkout
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+except ImportError:  # plain `python ops/bench.py` from a source checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
     import my_ops
 
 DTYPES = {
