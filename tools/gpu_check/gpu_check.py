@@ -961,6 +961,18 @@ def _parity_script(work: Path) -> Path:
     return path
 
 
+def _run_parity(run, step, cmd: list[str], log_path, env, failure: str) -> None:
+    """Runs a parity script and records its verdict (and the max abs diff) on the step."""
+    rc, out = run.run(cmd, log_path, env)
+    step.facts["max_abs_diff"] = _max_diff(out)
+    passed = rc == 0
+    step.status = "ok" if passed else "fail"
+    step.facts["parity"] = "ok" if passed else "fail"
+    if not passed:
+        step.detail = failure
+        run.say(f"{failure} (exit {rc}):\n{_tail(out)}")
+
+
 def _max_diff(out: str) -> str | None:
     m = re.search(r"max abs diff (\S+)", out)
     return m.group(1) if m else None
@@ -993,16 +1005,7 @@ def step_export(run: Run, step: Step, work: Path, lib: Path, log_path: Path) -> 
         return None
     step.facts["package_bytes"] = files[0].stat().st_size
     cmd = [sys.executable, str(_parity_script(work)), "aoti", *map(str, files), device]
-    rc, out = run.run(cmd, log_path, env)
-    step.facts["max_abs_diff"] = _max_diff(out)
-    if rc == 0:
-        step.status = "ok"
-        step.facts["parity"] = "ok"
-    else:
-        step.status = "fail"
-        step.facts["parity"] = "fail"
-        step.detail = "aoti_load_package parity failed"
-        run.say(f"AOTI parity failed (exit {rc}):\n{_tail(out)}")
+    _run_parity(run, step, cmd, log_path, env, "aoti_load_package parity failed")
     return export_dir
 
 
@@ -1063,16 +1066,7 @@ def step_loader(
         return
     expected = export_dir / "expected_output.pt"
     cmd = [sys.executable, str(_parity_script(work)), "files", str(result), str(expected)]
-    rc, out = run.run(cmd, log_path, env)
-    step.facts["max_abs_diff"] = _max_diff(out)
-    if rc == 0:
-        step.status = "ok"
-        step.facts["parity"] = "ok"
-    else:
-        step.status = "fail"
-        step.facts["parity"] = "fail"
-        step.detail = "loader output differs"
-        run.say(f"loader parity failed (exit {rc}):\n{_tail(out)}")
+    _run_parity(run, step, cmd, log_path, env, "loader output differs")
 
 
 # ---------------------------------------------------------------------------
