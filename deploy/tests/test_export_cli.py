@@ -41,6 +41,8 @@ def test_bad_model(tmp_path: Path, model: str, needle: str) -> None:
 def test_cuda_without_gpu_fails_first(tmp_path: Path) -> None:
     import torch
 
+    # The behaviour under test is the refusal on a machine without a GPU; with
+    # one, --device cuda is valid and the export path is covered elsewhere.
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")
     # A broken --model proves the device check runs before any other work.
