@@ -8,6 +8,15 @@ Outputs (in --out, default $BUILD_WORKSPACE_DIRECTORY/out or ./out):
   model.pt2            AOTInductor package
   sample_input.pt      torch.save'd tuple of input tensors
   expected_output.pt   torch.save'd tuple of eager outputs for sample_input.pt
+  manifest.json        sha256 of model.pt2 and of the libmy_ops.so it was built
+                       with, torch version, CPU instruction set, device; the
+                       C++ loader refuses a package that does not match it
+  manifest.sig         with --signing-key: Ed25519 signature of manifest.json,
+                       which the loader requires with --public-key
+
+Keys: --generate-key DIR writes DIR/signing_key.pem (private, mode 0600) and
+DIR/public_key.pem. --signing-key also takes a key from `openssl genpkey
+-algorithm ed25519` or a raw 32-byte seed.
 
 The folder is replaced as a whole: files are produced in a temporary folder
 beside it and renamed into place, so a failed run leaves the old output (or
@@ -21,11 +30,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import importlib
 import inspect
+import json
 import os
 import shutil
 import stat
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +46,10 @@ from typing import Any, NoReturn
 
 DEFAULT_MODEL = "default_model:make_model"
 VERIFY_BATCHES = (1, 7)
+# The C++ loader reads exactly this format; change both together.
+MANIFEST_FORMAT = "my_ops.manifest/1"
+# What --isa means as a -march value, recorded in the manifest.
+_MARCH = {"portable": "x86-64-v3", "native": "native"}
 
 
 class ExportError(Exception):
@@ -68,7 +84,8 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = _Parser(
         prog="export",
         description="Export a model using my_ops to an AOTInductor package (model.pt2), "
-        "verify it against eager, and write sample_input.pt / expected_output.pt.",
+        "verify it against eager, and write sample_input.pt / expected_output.pt and "
+        "manifest.json (sha256 sums the C++ loader checks).",
         epilog="Factory protocol: see deploy/default_model.py. Exit status 0 on success, "
         "2 on bad usage, 1 on any other failure (one line on stderr).",
     )
@@ -102,13 +119,28 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=16,
         help="largest batch size the package accepts (default: 16)",
     )
+    p.add_argument(
+        "--signing-key",
+        metavar="KEY",
+        help="sign manifest.json with this Ed25519 private key (PEM, or a raw 32-byte "
+        "seed), writing manifest.sig",
+    )
+    p.add_argument(
+        "--generate-key",
+        metavar="DIR",
+        help="only write a new key pair, DIR/signing_key.pem and DIR/public_key.pem, and exit",
+    )
     args = p.parse_args(argv)
     if args.max_batch < 1:
         p.error("--max-batch must be >= 1")
     out = args.out or _default_out()
     # Under `bazel run` the cwd is the runfiles tree; relative paths the user
     # typed mean their own working directory.
-    args.out = os.path.abspath(os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", ""), out))
+    user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
+    args.out = os.path.abspath(os.path.join(user_cwd, out))
+    for name in ("signing_key", "generate_key"):
+        if getattr(args, name):
+            setattr(args, name, os.path.abspath(os.path.join(user_cwd, getattr(args, name))))
     return args
 
 
@@ -237,6 +269,14 @@ def _private_tmp(work: str) -> str:
     return tmp
 
 
+def _real_cxx() -> str:
+    real = os.environ.get("CXX") or "g++"
+    real_path = shutil.which(real)
+    if real_path is None:
+        raise ExportError(f"C++ compiler {real!r} not found (set CXX)")
+    return real_path
+
+
 def _write_cxx_wrapper(tmp: str) -> str:
     """Compiler wrapper that marks the AOTI shared object's stack non-executable.
 
@@ -247,10 +287,7 @@ def _write_cxx_wrapper(tmp: str) -> str:
     C++-array constant path (use_consts_asm_build=False). The linker flag must
     not go on the precompiled-header step, which is not a link.
     """
-    real = os.environ.get("CXX") or "g++"
-    real_path = shutil.which(real)
-    if real_path is None:
-        raise ExportError(f"C++ compiler {real!r} not found (set CXX)")
+    real_path = _real_cxx()
     bindir = os.path.join(tmp, "bin")
     os.makedirs(bindir, exist_ok=True)
     # Keep the g++/clang++ name: Inductor picks flags by the compiler's name.
@@ -326,14 +363,99 @@ def _inductor_options(isa: str, cxx: str, signature: str | None) -> dict[str, An
     }
     if signature is not None:
         opts["aot_inductor.metadata"] = {"my_ops.inputs": signature}
+    opts["cpp.march"] = _MARCH[isa]
     if isa == "portable":
         # x86-64-v3 = AVX2/FMA: runs on any x86 CPU from the last ~10 years,
         # unlike the default which targets the build machine (often AVX-512).
-        opts["cpp.march"] = "x86-64-v3"
         opts["cpp.simdlen"] = 256
-    else:
-        opts["cpp.march"] = "native"
     return opts
+
+
+# Compiler macro -> the name the loader checks with __builtin_cpu_supports.
+# Only extensions a compiler emits for C++ code; the loader knows each one.
+_CPU_FEATURE_MACROS = {
+    "__SSE3__": "sse3",
+    "__SSSE3__": "ssse3",
+    "__SSE4_1__": "sse4.1",
+    "__SSE4_2__": "sse4.2",
+    "__POPCNT__": "popcnt",
+    "__AVX__": "avx",
+    "__AVX2__": "avx2",
+    "__FMA__": "fma",
+    "__F16C__": "f16c",
+    "__BMI__": "bmi",
+    "__BMI2__": "bmi2",
+    "__LZCNT__": "lzcnt",
+    "__MOVBE__": "movbe",
+    "__AVX512F__": "avx512f",
+    "__AVX512BW__": "avx512bw",
+    "__AVX512CD__": "avx512cd",
+    "__AVX512DQ__": "avx512dq",
+    "__AVX512VL__": "avx512vl",
+    "__AVX512VNNI__": "avx512vnni",
+    "__AVX512BF16__": "avx512bf16",
+    "__AVX512FP16__": "avx512fp16",
+    "__AVX512IFMA__": "avx512ifma",
+    "__AVX512VBMI__": "avx512vbmi",
+    "__AVX512VBMI2__": "avx512vbmi2",
+    "__AVX512BITALG__": "avx512bitalg",
+    "__AVX512VPOPCNTDQ__": "avx512vpopcntdq",
+    "__AVXVNNI__": "avxvnni",
+    "__GFNI__": "gfni",
+    "__VAES__": "vaes",
+    "__VPCLMULQDQ__": "vpclmulqdq",
+    "__AMX_TILE__": "amx-tile",
+    "__AMX_INT8__": "amx-int8",
+    "__AMX_BF16__": "amx-bf16",
+}
+
+
+def cpu_features(cxx: str, march: str) -> list[str]:
+    """The instruction-set extensions `cxx -march=MARCH` may emit, by loader name.
+
+    For native that is this host's CPU as the compiler sees it, which is what
+    the package then needs wherever it runs.
+    """
+    try:
+        proc = subprocess.run(
+            [cxx, f"-march={march}", "-dM", "-E", "-x", "c++", os.devnull],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise ExportError(f"cannot ask {cxx} what -march={march} enables: {_first_line(e)}") from e
+    defined = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("#define ")}
+    return sorted(name for macro, name in _CPU_FEATURE_MACROS.items() if macro in defined)
+
+
+def sha256_file(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def make_manifest(package: str, op_libraries: Sequence[str], isa: str, device: str) -> bytes:
+    """manifest.json for a package: what the C++ loader checks before loading it."""
+    import torch
+
+    march = _MARCH[isa]
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "package": {"file": os.path.basename(package), "sha256": sha256_file(package)},
+        "op_libraries": [
+            {"file": os.path.basename(lib), "sha256": sha256_file(lib)} for lib in op_libraries
+        ],
+        "torch_version": torch.__version__,
+        # A -march level the loader checks as a whole, or "native"; in both
+        # cases cpu_features lists every extension the compiler could use.
+        "isa": march,
+        "cpu_features": cpu_features(_real_cxx(), march),
+        "device": device,
+    }
+    return (json.dumps(manifest, indent=2) + "\n").encode()
 
 
 def _batch_inputs(spec: Any, batch: int) -> tuple[Any, ...]:
@@ -361,7 +483,60 @@ def _to(xs: tuple[Any, ...], device: str) -> tuple[Any, ...]:
     return tuple(x.to(device) for x in xs)
 
 
+def generate_key(folder: str) -> tuple[str, str]:
+    """Write a new Ed25519 key pair as PEM; never overwrites an existing key."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    paths = (os.path.join(folder, "signing_key.pem"), os.path.join(folder, "public_key.pem"))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        for path, data, mode in ((paths[0], private, 0o600), (paths[1], public, 0o644)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+    except FileExistsError as e:
+        raise ExportError(f"{e.filename} exists; not overwriting a key") from e
+    except OSError as e:
+        raise ExportError(f"cannot write a key in {folder}: {e.strerror}") from e
+    return paths
+
+
+def load_signing_key(path: str) -> Any:
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ExportError(f"cannot read --signing-key {path}: {e.strerror}") from e
+    if len(data) == 32:
+        return Ed25519PrivateKey.from_private_bytes(data)
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError, UnsupportedAlgorithm) as e:
+        raise ExportError(
+            f"--signing-key {path} is neither an unencrypted PEM private key nor a 32-byte seed"
+        ) from e
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ExportError(f"--signing-key {path} is not an Ed25519 key")
+    return key
+
+
 def run(args: argparse.Namespace) -> dict[str, float]:
+    # A bad key must fail now, not after minutes of compiling.
+    signing_key = load_signing_key(args.signing_key) if args.signing_key else None
     _setup_environment(args.device)
     _check_device(args.device)
     import torch
@@ -422,11 +597,32 @@ def run(args: argparse.Namespace) -> dict[str, float]:
             expected = _to(_as_tuple(module(*sample)), "cpu")
         torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
         torch.save(expected, os.path.join(stage, "expected_output.pt"))
+        _write_manifest(stage, package, args, signing_key)
 
         _publish(stage, args.out, work)
         return times
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _write_manifest(
+    stage: str, package: str, args: argparse.Namespace, signing_key: Any | None
+) -> None:
+    import my_ops
+
+    # The library this process loaded (a no-op when the model already did):
+    # the package was compiled and verified against exactly that file.
+    try:
+        library = my_ops.load_library()
+    except ImportError as e:
+        raise ExportError(f"cannot find the op library for manifest.json: {_first_line(e)}") from e
+    manifest = make_manifest(package, [library], args.isa, args.device)
+    with open(os.path.join(stage, "manifest.json"), "wb") as f:
+        f.write(manifest)
+    if signing_key is not None:
+        # Over the file's exact bytes: the loader checks them before parsing.
+        with open(os.path.join(stage, "manifest.sig"), "wb") as f:
+            f.write(signing_key.sign(manifest))
 
 
 def _verify(spec: Any, module: Any, package: str, max_batch: int, device: str) -> tuple[Any, ...]:
@@ -482,6 +678,13 @@ def _publish(stage: str, out: str, work: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse_args(argv)
+    if args.generate_key:
+        try:
+            for path in generate_key(args.generate_key):
+                print(path)
+        except ExportError as e:
+            _die(str(e))
+        return 0
     t0 = time.perf_counter()
     try:
         times = run(args)

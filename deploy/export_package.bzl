@@ -1,17 +1,21 @@
 """export_package: runs the exporter at build time to produce an AOTInductor package."""
 
 def _export_package_impl(ctx):
-    outs = [ctx.actions.declare_file("{}/{}".format(ctx.label.name, f)) for f in [
-        "model.pt2",
-        "sample_input.pt",
-        "expected_output.pt",
-    ]]
+    names = ["model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json"]
+    if ctx.file.signing_key:
+        names.append("manifest.sig")
+    outs = [ctx.actions.declare_file("{}/{}".format(ctx.label.name, f)) for f in names]
     args = ctx.actions.args()
     args.add("--out", outs[0].dirname)
     args.add_all(ctx.attr.export_args)
+    inputs = []
+    if ctx.file.signing_key:
+        args.add("--signing-key", ctx.file.signing_key)
+        inputs.append(ctx.file.signing_key)
     ctx.actions.run(
         executable = ctx.executable.exporter,
         arguments = [args],
+        inputs = inputs,
         outputs = outs,
         mnemonic = "AotiExport",
         progress_message = "Exporting %{label} to an AOTInductor package",
@@ -22,12 +26,17 @@ def _export_package_impl(ctx):
 
 export_package = rule(
     implementation = _export_package_impl,
-    doc = "model.pt2, sample_input.pt and expected_output.pt from an export run.",
+    doc = "model.pt2, sample_input.pt, expected_output.pt and manifest.json " +
+          "(and manifest.sig when signed) from an export run.",
     attrs = {
         "export_args": attr.string_list(doc = "Flags for the exporter besides --out."),
         # The target configuration, not exec: the exporter loads the same
         # libmy_ops.so that ships, and building it twice would double the
         # CUDA compile time.
         "exporter": attr.label(executable = True, cfg = "target", mandatory = True),
+        "signing_key": attr.label(
+            allow_single_file = True,
+            doc = "Ed25519 private key for --signing-key; the package then includes manifest.sig.",
+        ),
     },
 )

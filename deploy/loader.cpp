@@ -6,14 +6,18 @@
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <caffe2/serialize/in_memory_adapter.h>
+#include <caffe2/serialize/inline_container.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
+#include <sodium.h>
 #include <sys/stat.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/version.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +36,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -50,12 +55,14 @@ enum ExitCode : int {
   kInputMismatch = 7,
   kOutputUnwritable = 8,
   kExpectMismatch = 9,
+  kIntegrity = 10,
 };
 
 constexpr const char* kHelp =
     R"(usage: loader [--ops LIB.so]... --package MODEL.pt2 --input IN.pt --output OUT.pt
-              [--expect EXPECTED.pt [--atol A] [--rtol R]]
-              [--bench N] [--threads T] [--runners R]
+              [--manifest MANIFEST.json] [--public-key KEY] [--no-verify]
+              [--expect EXPECTED.pt [--atol A] [--rtol R] [--exact]]
+              [--bench N | --runs N] [--threads T] [--runners R]
 
 Runs an AOTInductor package (made by deploy/export.py) on inputs from a
 torch.save file and writes the outputs with torch.save. No Python needed.
@@ -66,12 +73,25 @@ torch.save file and writes the outputs with torch.save. No Python needed.
   --input FILE      torch.save file holding a tensor or a tuple/list of tensors.
   --output FILE     written with torch.save as a tuple of tensors; created
                     atomically (FILE.tmp, then rename), never left partial.
+  --manifest FILE   the package's manifest (default: manifest.json beside the
+                    package). Before anything is loaded, the package and every
+                    op library must match its sha256 sums, its torch version
+                    must be this loader's, and this CPU must have the
+                    instruction set it records; exit 10 otherwise.
+  --public-key KEY  also require a valid Ed25519 signature of the manifest:
+                    manifest.sig beside it (the manifest's name, .json -> .sig).
+                    KEY: a PEM public key (export --generate-key writes one)
+                    or the raw 32 bytes.
+  --no-verify       skip the manifest check (prints a warning): runs code
+                    that nobody vouched for.
   --expect FILE     compare outputs with this torch.save file (allclose);
                     exit 9 when they differ.
   --atol A, --rtol R  tolerances for --expect (default 1e-4, 1e-4).
+  --exact           --expect must match bit for bit instead.
   --bench N         after a warm-up, time N runs per thread; print p50 and p99.
-  --threads T       run from T threads at once (default 1); all outputs must
-                    be identical.
+  --runs N          N runs in all, shared by the threads; print the wall time.
+  --threads T       run from T threads at once (default 1); every run's
+                    outputs must be bit-identical to the first run's.
   --runners R       model runners in the package loader (default: T), i.e.
                     how many runs may execute concurrently.
   -h, --help        show this help.
@@ -88,6 +108,8 @@ Exit status (one line on stderr for every error):
   7  wrong number of inputs, or an input with the wrong dtype/rank/shape
   8  output file cannot be written
   9  outputs differ from --expect
+  10  package integrity: manifest missing, malformed or badly signed, or the
+      package, an op library, the torch version or the CPU does not match it
 )";
 
 struct Failure {
@@ -161,9 +183,14 @@ struct Options {
   std::string input;
   std::string output;
   std::string expect;
+  std::string manifest;
+  std::string public_key;
+  bool verify = true;
+  bool exact = false;
   double atol = 1e-4;
   double rtol = 1e-4;
   long bench = 0;
+  long runs = 0;
   long threads = 1;
   long runners = 0;
   bool help = false;
@@ -223,12 +250,22 @@ Options ParseArgs(int argc, char** argv) {
       o.output = next();
     } else if (a == "--expect") {
       o.expect = next();
+    } else if (a == "--manifest") {
+      o.manifest = next();
+    } else if (a == "--public-key") {
+      o.public_key = next();
+    } else if (a == "--no-verify" && !inline_value) {
+      o.verify = false;
+    } else if (a == "--exact" && !inline_value) {
+      o.exact = true;
     } else if (a == "--atol") {
       o.atol = ParseTolerance(a, next());
     } else if (a == "--rtol") {
       o.rtol = ParseTolerance(a, next());
     } else if (a == "--bench") {
       o.bench = ParseCount(a, next(), 1);
+    } else if (a == "--runs") {
+      o.runs = ParseCount(a, next(), 1);
     } else if (a == "--threads") {
       o.threads = ParseCount(a, next(), 1);
     } else if (a == "--runners") {
@@ -241,6 +278,11 @@ Options ParseArgs(int argc, char** argv) {
   if (o.input.empty()) Fail(kUsage, "--input is required (see --help)");
   if (o.output.empty()) Fail(kUsage, "--output is required (see --help)");
   if (o.runners == 0) o.runners = o.threads;
+  if (o.bench > 0 && o.runs > 0) Fail(kUsage, "--bench and --runs exclude each other");
+  if (o.exact && o.expect.empty()) Fail(kUsage, "--exact needs --expect");
+  if (!o.verify && (!o.manifest.empty() || !o.public_key.empty())) {
+    Fail(kUsage, "--no-verify contradicts --manifest and --public-key");
+  }
   return o;
 }
 
@@ -256,13 +298,21 @@ std::string ExeDir() {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-void LoadOpLibraries(std::vector<std::string> libs) {
-  if (libs.empty()) libs.push_back(ExeDir() + "/libmy_ops.so");
+std::vector<std::string> OpLibraryPaths(const std::vector<std::string>& given) {
+  if (!given.empty()) return given;
+  return {ExeDir() + "/libmy_ops.so"};
+}
+
+void RequireOpLibrary(const std::string& lib) {
+  struct stat st{};
+  if (::stat(lib.c_str(), &st) != 0) {
+    Fail(kOpsLibrary, "op library not found: " + lib + " (pass --ops LIB.so)");
+  }
+}
+
+void LoadOpLibraries(const std::vector<std::string>& libs) {
   for (const auto& lib : libs) {
-    struct stat st{};
-    if (::stat(lib.c_str(), &st) != 0) {
-      Fail(kOpsLibrary, "op library not found: " + lib + " (pass --ops LIB.so)");
-    }
+    RequireOpLibrary(lib);
     // The package resolves custom ops and classes through the global op
     // registry, which the library's static initialisers fill in; RTLD_LOCAL
     // is enough and keeps the library's own symbols out of the global scope.
@@ -380,7 +430,638 @@ void ValidatePackage(const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------
+// Package integrity: manifest.json, written by export.py beside model.pt2.
+//
+// A package and an op library are native code that this process will run,
+// so they are checked against the manifest before either is loaded: sha256
+// of each file, the torch version they were built with, and the CPU
+// instruction set the package was compiled for. With --public-key the
+// manifest itself must carry a valid Ed25519 signature (manifest.sig).
+
+constexpr const char* kManifestFormat = "my_ops.manifest/1";
+// Manifests are a few hundred bytes; the cap keeps a hostile file from
+// costing more than a read.
+constexpr size_t kMaxManifestBytes = 1 << 20;
+
+// Keeps attacker-controlled text in an error line short and printable.
+std::string Quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s.substr(0, 64)) {
+    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  }
+  return out + (s.size() > 64 ? "...'" : "'");
+}
+
+// A JSON value: only what a manifest needs, and strict about the rest.
+struct Json {
+  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
+  Kind kind = Kind::kNull;
+  bool boolean = false;
+  std::string text;  // a string's value, or a number's literal
+  std::vector<Json> items;
+  std::vector<std::pair<std::string, Json>> members;
+
+  const Json* Member(std::string_view key) const {
+    for (const auto& [k, v] : members) {
+      if (k == key) return &v;
+    }
+    return nullptr;
+  }
+};
+
+class JsonParser {
+ public:
+  explicit JsonParser(std::string_view text) : text_(text) {}
+
+  // Throws std::runtime_error("... at byte N") on anything that is not
+  // exactly one JSON value.
+  Json Parse() {
+    Json value = Value(0);
+    SkipSpace();
+    if (pos_ != text_.size()) Error("unexpected text after the end");
+    return value;
+  }
+
+ private:
+  // Far more than any manifest needs: bound the recursion, and the
+  // quadratic duplicate-member check.
+  static constexpr int kMaxDepth = 16;
+  static constexpr int kMaxValues = 4096;
+
+  static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, exactly JSON's grammar.
+  std::string Number() {
+    size_t start = pos_;
+    auto digits = [&] {
+      size_t from = pos_;
+      while (pos_ < text_.size() && IsDigit(text_[pos_])) ++pos_;
+      if (pos_ == from) Error("bad number");
+    };
+    if (text_[pos_] == '-') ++pos_;
+    if (pos_ < text_.size() && text_[pos_] == '0') {
+      ++pos_;
+    } else {
+      digits();
+    }
+    if (pos_ < text_.size() && text_[pos_] == '.') {
+      ++pos_;
+      digits();
+    }
+    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
+      ++pos_;
+      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
+      digits();
+    }
+    return std::string(text_.substr(start, pos_ - start));
+  }
+
+  [[noreturn]] void Error(const std::string& what) const {
+    throw std::runtime_error(what + " at byte " + std::to_string(pos_));
+  }
+
+  void SkipSpace() {
+    // Not strchr(" \t\r\n", c): that also matches c == '\0'.
+    auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+    while (pos_ < text_.size() && space(text_[pos_])) ++pos_;
+  }
+
+  void Expect(char c) {
+    SkipSpace();
+    if (pos_ >= text_.size() || text_[pos_] != c) Error(std::string("expected '") + c + "'");
+    ++pos_;
+  }
+
+  bool Consume(std::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  Json Value(int depth) {
+    if (depth > kMaxDepth) Error("nested too deeply");
+    if (++values_ > kMaxValues) Error("more than " + std::to_string(kMaxValues) + " values");
+    SkipSpace();
+    if (pos_ >= text_.size()) Error("unexpected end");
+    Json v;
+    char c = text_[pos_];
+    if (c == '{') {
+      v.kind = Json::Kind::kObject;
+      ++pos_;
+      SkipSpace();
+      if (pos_ < text_.size() && text_[pos_] == '}') {
+        ++pos_;
+        return v;
+      }
+      while (true) {
+        SkipSpace();
+        if (pos_ >= text_.size() || text_[pos_] != '"') Error("expected a member name");
+        std::string key = String();
+        if (v.Member(key) != nullptr) Error("duplicate member " + Quoted(key));
+        Expect(':');
+        v.members.emplace_back(std::move(key), Value(depth + 1));
+        SkipSpace();
+        if (pos_ < text_.size() && text_[pos_] == ',') {
+          ++pos_;
+          continue;
+        }
+        Expect('}');
+        return v;
+      }
+    }
+    if (c == '[') {
+      v.kind = Json::Kind::kArray;
+      ++pos_;
+      SkipSpace();
+      if (pos_ < text_.size() && text_[pos_] == ']') {
+        ++pos_;
+        return v;
+      }
+      while (true) {
+        v.items.push_back(Value(depth + 1));
+        SkipSpace();
+        if (pos_ < text_.size() && text_[pos_] == ',') {
+          ++pos_;
+          continue;
+        }
+        Expect(']');
+        return v;
+      }
+    }
+    if (c == '"') {
+      v.kind = Json::Kind::kString;
+      v.text = String();
+      return v;
+    }
+    if (Consume("true")) {
+      v.kind = Json::Kind::kBool;
+      v.boolean = true;
+      return v;
+    }
+    if (Consume("false")) {
+      v.kind = Json::Kind::kBool;
+      return v;
+    }
+    if (Consume("null")) return v;
+    if (c == '-' || IsDigit(c)) {
+      v.kind = Json::Kind::kNumber;
+      v.text = Number();
+      return v;
+    }
+    Error("unexpected character");
+  }
+
+  // Strings stay as UTF-8 bytes; \u escapes are decoded, including pairs.
+  std::string String() {
+    ++pos_;  // the opening quote
+    std::string out;
+    while (true) {
+      if (pos_ >= text_.size()) Error("unterminated string");
+      unsigned char c = static_cast<unsigned char>(text_[pos_++]);
+      if (c == '"') return out;
+      if (c < 0x20) Error("control character in a string");
+      if (c != '\\') {
+        out.push_back(static_cast<char>(c));
+        continue;
+      }
+      if (pos_ >= text_.size()) Error("unterminated string");
+      char e = text_[pos_++];
+      switch (e) {
+        case '"':
+        case '\\':
+        case '/':
+          out.push_back(e);
+          break;
+        case 'b':
+          out.push_back('\b');
+          break;
+        case 'f':
+          out.push_back('\f');
+          break;
+        case 'n':
+          out.push_back('\n');
+          break;
+        case 'r':
+          out.push_back('\r');
+          break;
+        case 't':
+          out.push_back('\t');
+          break;
+        case 'u': {
+          uint32_t cp = Hex4();
+          if (cp >= 0xD800 && cp <= 0xDBFF) {
+            if (!Consume("\\u")) Error("lone surrogate");
+            uint32_t lo = Hex4();
+            if (lo < 0xDC00 || lo > 0xDFFF) Error("lone surrogate");
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
+            Error("lone surrogate");
+          }
+          AppendUtf8(out, cp);
+          break;
+        }
+        default:
+          Error("bad escape");
+      }
+    }
+  }
+
+  uint32_t Hex4() {
+    if (pos_ + 4 > text_.size()) Error("bad \\u escape");
+    uint32_t v = 0;
+    for (int i = 0; i < 4; ++i) {
+      char h = text_[pos_++];
+      int d = h >= '0' && h <= '9'   ? h - '0'
+              : h >= 'a' && h <= 'f' ? h - 'a' + 10
+              : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                     : -1;
+      if (d < 0) Error("bad \\u escape");
+      v = v * 16 + static_cast<uint32_t>(d);
+    }
+    return v;
+  }
+
+  static void AppendUtf8(std::string& out, uint32_t cp) {
+    if (cp < 0x80) {
+      out.push_back(static_cast<char>(cp));
+    } else if (cp < 0x800) {
+      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else if (cp < 0x10000) {
+      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    } else {
+      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+  }
+
+  std::string_view text_;
+  size_t pos_ = 0;
+  int values_ = 0;
+};
+
+// JSON text is UTF-8; anything else is refused before parsing. Rejects
+// overlong forms, surrogates and code points past U+10FFFF, as Python does.
+std::optional<size_t> InvalidUtf8At(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+    unsigned char c = b(0);
+    size_t len = c < 0x80             ? 1
+                 : (c & 0xE0) == 0xC0 ? 2
+                 : (c & 0xF0) == 0xE0 ? 3
+                 : (c & 0xF8) == 0xF0 ? 4
+                                      : 0;
+    if (len == 0 || i + len > s.size()) return i;
+    uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
+    for (size_t k = 1; k < len; ++k) {
+      if ((b(k) & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (b(k) & 0x3F);
+    }
+    static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+// Reads a whole small file; nullopt when it does not exist. Other errors and
+// files over `cap` bytes fail with kIntegrity, naming `what`.
+std::optional<std::string> ReadSmallFile(const std::string& path, const char* what, size_t cap) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::nullopt;
+    Fail(kIntegrity, std::string("cannot read ") + what + " " + path + ": " + std::strerror(errno));
+  }
+  std::string data;
+  char buf[65536];
+  while (true) {
+    ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      Fail(kIntegrity, std::string("cannot read ") + what + " " + path + ": " + std::strerror(err));
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+    if (data.size() > cap) {
+      ::close(fd);
+      Fail(kIntegrity, std::string(what) + " " + path + " is too large (over " +
+                           std::to_string(cap) + " bytes)");
+    }
+  }
+  ::close(fd);
+  return data;
+}
+
+std::string Hex(const unsigned char* data, size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(kDigits[data[i] >> 4]);
+    out.push_back(kDigits[data[i] & 15]);
+  }
+  return out;
+}
+
+// Hex SHA-256 of a file, read in chunks (packages can be gigabytes).
+std::string Sha256File(const std::string& path, int missing_code, const std::string& what) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    Fail(errno == ENOENT ? missing_code : kIntegrity,
+         "cannot read " + what + " " + path + ": " + std::strerror(errno));
+  }
+  crypto_hash_sha256_state state;
+  crypto_hash_sha256_init(&state);
+  std::vector<unsigned char> buf(1 << 20);
+  while (true) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      Fail(kIntegrity, "cannot read " + what + " " + path + ": " + std::strerror(err));
+    }
+    if (n == 0) break;
+    crypto_hash_sha256_update(&state, buf.data(), static_cast<unsigned long long>(n));
+  }
+  ::close(fd);
+  unsigned char digest[crypto_hash_sha256_BYTES];
+  crypto_hash_sha256_final(&state, digest);
+  return Hex(digest, sizeof(digest));
+}
+
+std::string DirName(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string BaseName(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+// "manifest.json" -> "manifest.sig", as export.py names them.
+std::string SignaturePath(const std::string& manifest) {
+  const std::string ext = ".json";
+  bool has_ext = manifest.size() > ext.size() &&
+                 manifest.compare(manifest.size() - ext.size(), ext.size(), ext) == 0;
+  return (has_ext ? manifest.substr(0, manifest.size() - ext.size()) : manifest) + ".sig";
+}
+
+// An Ed25519 public key: the raw 32 bytes, or PEM SubjectPublicKeyInfo (what
+// `openssl pkey -pubout` and export --generate-key write), whose DER is a
+// fixed 12-byte prefix followed by the key.
+std::vector<unsigned char> ReadPublicKey(const std::string& path) {
+  auto data = ReadSmallFile(path, "public key", 4096);
+  if (!data) Fail(kIntegrity, "public key not found: " + path);
+  if (data->size() == crypto_sign_PUBLICKEYBYTES) return {data->begin(), data->end()};
+  const std::string begin = "-----BEGIN PUBLIC KEY-----";
+  const std::string end = "-----END PUBLIC KEY-----";
+  auto b = data->find(begin);
+  auto e = data->find(end);
+  const std::string bad =
+      "public key " + path + " is neither a PEM Ed25519 public key nor 32 raw bytes";
+  if (b == std::string::npos || e == std::string::npos || e < b) Fail(kIntegrity, bad);
+  std::string b64 = data->substr(b + begin.size(), e - b - begin.size());
+  static const unsigned char kPrefix[] = {0x30, 0x2a, 0x30, 0x05, 0x06, 0x03,
+                                          0x2b, 0x65, 0x70, 0x03, 0x21, 0x00};
+  unsigned char der[64];
+  size_t der_len = 0;
+  if (sodium_base642bin(der, sizeof(der), b64.data(), b64.size(), " \t\r\n", &der_len, nullptr,
+                        sodium_base64_VARIANT_ORIGINAL) != 0 ||
+      der_len != sizeof(kPrefix) + crypto_sign_PUBLICKEYBYTES ||
+      std::memcmp(der, kPrefix, sizeof(kPrefix)) != 0) {
+    Fail(kIntegrity, bad);
+  }
+  return {der + sizeof(kPrefix), der + der_len};
+}
+
+// The instruction sets a manifest may name; each is checked on this CPU.
+struct CpuFeature {
+  const char* name;
+  bool (*supported)();
+};
+
+#define MY_OPS_CPU_FEATURE(n) {n, [] { return __builtin_cpu_supports(n) != 0; }}
+const CpuFeature kCpuFeatures[] = {
+    MY_OPS_CPU_FEATURE("x86-64-v2"),
+    MY_OPS_CPU_FEATURE("x86-64-v3"),
+    MY_OPS_CPU_FEATURE("x86-64-v4"),
+    MY_OPS_CPU_FEATURE("sse3"),
+    MY_OPS_CPU_FEATURE("ssse3"),
+    MY_OPS_CPU_FEATURE("sse4.1"),
+    MY_OPS_CPU_FEATURE("sse4.2"),
+    MY_OPS_CPU_FEATURE("popcnt"),
+    MY_OPS_CPU_FEATURE("avx"),
+    MY_OPS_CPU_FEATURE("avx2"),
+    MY_OPS_CPU_FEATURE("fma"),
+    MY_OPS_CPU_FEATURE("f16c"),
+    MY_OPS_CPU_FEATURE("bmi"),
+    MY_OPS_CPU_FEATURE("bmi2"),
+    MY_OPS_CPU_FEATURE("lzcnt"),
+    MY_OPS_CPU_FEATURE("movbe"),
+    MY_OPS_CPU_FEATURE("avx512f"),
+    MY_OPS_CPU_FEATURE("avx512bw"),
+    MY_OPS_CPU_FEATURE("avx512cd"),
+    MY_OPS_CPU_FEATURE("avx512dq"),
+    MY_OPS_CPU_FEATURE("avx512vl"),
+    MY_OPS_CPU_FEATURE("avx512vnni"),
+    MY_OPS_CPU_FEATURE("avx512bf16"),
+    MY_OPS_CPU_FEATURE("avx512fp16"),
+    MY_OPS_CPU_FEATURE("avx512ifma"),
+    MY_OPS_CPU_FEATURE("avx512vbmi"),
+    MY_OPS_CPU_FEATURE("avx512vbmi2"),
+    MY_OPS_CPU_FEATURE("avx512bitalg"),
+    MY_OPS_CPU_FEATURE("avx512vpopcntdq"),
+    MY_OPS_CPU_FEATURE("avxvnni"),
+    MY_OPS_CPU_FEATURE("gfni"),
+    MY_OPS_CPU_FEATURE("vaes"),
+    MY_OPS_CPU_FEATURE("vpclmulqdq"),
+    MY_OPS_CPU_FEATURE("amx-tile"),
+    MY_OPS_CPU_FEATURE("amx-int8"),
+    MY_OPS_CPU_FEATURE("amx-bf16"),
+};
+#undef MY_OPS_CPU_FEATURE
+
+// nullopt: this loader cannot check `name`.
+std::optional<bool> CpuSupports(const std::string& name) {
+  for (const auto& f : kCpuFeatures) {
+    if (name == f.name) return f.supported();
+  }
+  return std::nullopt;
+}
+
+bool IsSha256Hex(const std::string& s) {
+  return s.size() == 2 * crypto_hash_sha256_BYTES && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+struct FileDigest {
+  std::string file;
+  std::string sha256;
+};
+
+struct Manifest {
+  FileDigest package;
+  std::vector<FileDigest> op_libraries;
+  std::string torch_version;
+  std::string isa;
+  std::vector<std::string> cpu_features;
+};
+
+Manifest ParseManifest(const std::string& path, const std::string& text) {
+  const std::string where = "manifest " + path + " is malformed: ";
+  if (auto at = InvalidUtf8At(text)) {
+    Fail(kIntegrity, where + "not UTF-8 at byte " + std::to_string(*at));
+  }
+  Json root;
+  try {
+    root = JsonParser(text).Parse();
+  } catch (const std::runtime_error& e) {
+    Fail(kIntegrity, where + e.what());
+  }
+  if (root.kind != Json::Kind::kObject) Fail(kIntegrity, where + "not a JSON object");
+  auto string_member = [&](const Json& obj, const char* key, const std::string& ctx) {
+    const Json* v = obj.Member(key);
+    if (v == nullptr || v->kind != Json::Kind::kString) {
+      Fail(kIntegrity, where + ctx + "'" + key + "' must be a string");
+    }
+    return v->text;
+  };
+  auto digest = [&](const Json& obj, const std::string& ctx) {
+    if (obj.kind != Json::Kind::kObject) Fail(kIntegrity, where + ctx + "must be an object");
+    FileDigest d{string_member(obj, "file", ctx), string_member(obj, "sha256", ctx)};
+    if (!IsSha256Hex(d.sha256)) {
+      Fail(kIntegrity, where + ctx + "'sha256' must be 64 lowercase hex digits");
+    }
+    return d;
+  };
+  std::string format = string_member(root, "format", "");
+  if (format != kManifestFormat) {
+    Fail(kIntegrity,
+         where + "format " + Quoted(format) + ", this loader reads '" + kManifestFormat + "'");
+  }
+  Manifest m;
+  const Json* package = root.Member("package");
+  if (package == nullptr) Fail(kIntegrity, where + "'package' is missing");
+  m.package = digest(*package, "'package': ");
+  const Json* libs = root.Member("op_libraries");
+  if (libs == nullptr || libs->kind != Json::Kind::kArray) {
+    Fail(kIntegrity, where + "'op_libraries' must be an array");
+  }
+  for (const auto& lib : libs->items) m.op_libraries.push_back(digest(lib, "'op_libraries': "));
+  m.torch_version = string_member(root, "torch_version", "");
+  m.isa = string_member(root, "isa", "");
+  const Json* features = root.Member("cpu_features");
+  if (features == nullptr || features->kind != Json::Kind::kArray) {
+    Fail(kIntegrity, where + "'cpu_features' must be an array");
+  }
+  for (const auto& f : features->items) {
+    if (f.kind != Json::Kind::kString) {
+      Fail(kIntegrity, where + "'cpu_features' must hold strings");
+    }
+    m.cpu_features.push_back(f.text);
+  }
+  return m;
+}
+
+void VerifyManifest(const Options& opt, const std::vector<std::string>& libs) {
+  if (!opt.verify) {
+    std::cerr << "loader: WARNING: --no-verify: the package and op libraries are NOT checked "
+                 "against a manifest; running unverified native code\n";
+    return;
+  }
+  if (sodium_init() < 0) Fail(kOther, "cannot initialise libsodium");
+  const bool by_default = opt.manifest.empty();
+  const std::string path = by_default ? DirName(opt.package) + "/manifest.json" : opt.manifest;
+  auto text = ReadSmallFile(path, "manifest", kMaxManifestBytes);
+  if (!text) {
+    Fail(kIntegrity, by_default ? "no manifest beside package " + opt.package + ": " + path +
+                                      " not found (pass --manifest FILE, or --no-verify)"
+                                : "manifest not found: " + path);
+  }
+
+  // The signature covers the manifest's exact bytes, so it is checked before
+  // any of them are parsed.
+  if (!opt.public_key.empty()) {
+    auto key = ReadPublicKey(opt.public_key);
+    const std::string sig_path = SignaturePath(path);
+    auto sig = ReadSmallFile(sig_path, "signature", 4096);
+    if (!sig) Fail(kIntegrity, "manifest " + path + " is not signed: " + sig_path + " not found");
+    if (sig->size() != crypto_sign_BYTES ||
+        crypto_sign_verify_detached(reinterpret_cast<const unsigned char*>(sig->data()),
+                                    reinterpret_cast<const unsigned char*>(text->data()),
+                                    text->size(), key.data()) != 0) {
+      Fail(kIntegrity, "signature " + sig_path + " does not verify manifest " + path +
+                           " with public key " + opt.public_key);
+    }
+  }
+
+  Manifest m = ParseManifest(path, *text);
+
+  // torch.__version__ carries a local build tag ("2.14.1+cu130"); the ABI
+  // the package and op libraries were built against is the release.
+  std::string release = m.torch_version.substr(0, m.torch_version.find('+'));
+  if (release != TORCH_VERSION) {
+    Fail(kIntegrity, "manifest " + path + ": the package was built with torch " +
+                         Quoted(m.torch_version) + ", this loader runs torch " TORCH_VERSION);
+  }
+
+  __builtin_cpu_init();
+  std::vector<std::string> needed = m.cpu_features;
+  if (m.isa != "native") needed.insert(needed.begin(), m.isa);
+  for (const auto& feature : needed) {
+    auto ok = CpuSupports(feature);
+    if (!ok) {
+      Fail(kIntegrity, "manifest " + path + ": the package needs CPU feature " + Quoted(feature) +
+                           ", which this loader cannot check");
+    }
+    if (!*ok) {
+      Fail(kIntegrity, "manifest " + path + ": the package was built for " + Quoted(m.isa) +
+                           " and needs " + feature + ", which this CPU lacks");
+    }
+  }
+
+  std::string got = Sha256File(opt.package, kPackageMissing, "package");
+  if (got != m.package.sha256) {
+    Fail(kIntegrity, "package " + opt.package + " does not match manifest " + path + ": sha256 " +
+                         got + ", manifest has " + m.package.sha256 + " for " +
+                         Quoted(m.package.file));
+  }
+  for (const auto& lib : libs) {
+    RequireOpLibrary(lib);
+    std::string sha = Sha256File(lib, kOpsLibrary, "op library");
+    bool listed = std::any_of(m.op_libraries.begin(), m.op_libraries.end(),
+                              [&](const FileDigest& d) { return d.sha256 == sha; });
+    if (listed) continue;
+    auto same_name = std::find_if(m.op_libraries.begin(), m.op_libraries.end(),
+                                  [&](const FileDigest& d) { return d.file == BaseName(lib); });
+    if (same_name != m.op_libraries.end()) {
+      Fail(kIntegrity, "op library " + lib + " does not match manifest " + path + ": sha256 " +
+                           sha + ", manifest has " + same_name->sha256);
+    }
+    Fail(kIntegrity,
+         "op library " + lib + " (sha256 " + sha + ") is not listed in manifest " + path);
+  }
+}
+
+// ---------------------------------------------------------------------------
 // torch.save files.
+
+std::string ShapeString(const at::Tensor& t) {
+  std::ostringstream s;
+  s << t.sizes();
+  return s.str();
+}
 
 std::vector<char> ReadFile(const std::string& path, const char* what) {
   std::ifstream f(path, std::ios::binary);
@@ -392,10 +1073,185 @@ std::vector<char> ReadFile(const std::string& path, const char* what) {
   return data;
 }
 
+// torch.save records a tensor's sizes, strides and offset separately from
+// its storage, and the unpickler takes them on trust; a file whose sizes
+// reach past the storage would have every later read run off the end of
+// the buffer. Also rejects what the model runner cannot take at all.
+std::optional<std::string> TensorProblem(const at::Tensor& t) {
+  if (t.layout() != at::kStrided) return "is not a dense (strided) tensor";
+  if (!t.device().is_cpu()) return "is not a CPU tensor (" + t.device().str() + ")";
+  if (!t.has_storage()) return "has no storage";
+  const int64_t itemsize = static_cast<int64_t>(t.element_size());
+  const int64_t offset = t.storage_offset();
+  if (offset < 0) return "has a negative storage offset";
+  int64_t last = offset;  // element index of the last element
+  bool empty = false;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    int64_t size = t.sizes()[d];
+    int64_t stride = t.strides()[d];
+    if (size < 0 || stride < 0) return "has a negative size or stride";
+    if (size == 0) empty = true;
+    int64_t reach = 0;
+    if (size > 0 && (__builtin_mul_overflow(size - 1, stride, &reach) ||
+                     __builtin_add_overflow(last, reach, &last))) {
+      return "declares sizes " + ShapeString(t) + " that overflow";
+    }
+  }
+  int64_t numel = 1;
+  for (int64_t size : t.sizes()) {
+    if (__builtin_mul_overflow(numel, size, &numel)) {
+      return "declares sizes " + ShapeString(t) + " that overflow";
+    }
+  }
+  if (empty) return std::nullopt;
+  int64_t end = 0;
+  if (__builtin_add_overflow(last, 1, &end) || __builtin_mul_overflow(end, itemsize, &end) ||
+      static_cast<uint64_t>(end) > t.storage().nbytes()) {
+    return "declares sizes " + ShapeString(t) + " beyond its stored data (" +
+           std::to_string(t.storage().nbytes()) + " bytes)";
+  }
+  return std::nullopt;
+}
+
+// The unpickler builds nested containers iteratively, but c10::IValue frees
+// them recursively: a few kilobytes of pickle nesting tuples 20,000 deep
+// overflow the stack when the value (or, on a parse error, the unpickler's
+// stack) is destroyed. So the pickle is scanned first. Every level of
+// nesting needs one op that makes a container, so counting those bounds
+// the depth, memo references and later mutation included. torch.save writes
+// about seven per tensor.
+constexpr int64_t kMaxPickleContainers = 4096;
+
+// Throws std::runtime_error when the pickle is cut short, uses an opcode
+// that torch.save does not write, or makes too many containers.
+void ScanPickle(const unsigned char* p, size_t n) {
+  size_t pos = 0;
+  int64_t containers = 0;
+  auto need = [&](uint64_t k) {
+    if (k > n - pos) throw std::runtime_error("pickle is truncated");
+  };
+  auto length = [&](int bytes) {
+    need(static_cast<uint64_t>(bytes));
+    uint64_t len = ReadLe(p + pos, bytes);
+    pos += static_cast<size_t>(bytes);
+    need(len);
+    pos += static_cast<size_t>(len);
+  };
+  while (true) {
+    need(1);
+    const unsigned char op = p[pos++];
+    switch (op) {
+      case '.':  // STOP
+        return;
+      case '(':   // MARK
+      case '0':   // POP
+      case '1':   // POP_MARK
+      case '2':   // DUP
+      case 'N':   // NONE
+      case 0x88:  // NEWTRUE
+      case 0x89:  // NEWFALSE
+      case ')':   // EMPTY_TUPLE
+      case 'a':   // APPEND
+      case 'e':   // APPENDS
+      case 's':   // SETITEM
+      case 'u':   // SETITEMS
+      case 'b':   // BUILD
+      case 'Q':   // BINPERSID
+      case 0x90:  // ADDITEMS
+      case 0x93:  // STACK_GLOBAL
+      case 0x94:  // MEMOIZE
+        break;
+      case 't':   // TUPLE
+      case 0x85:  // TUPLE1
+      case 0x86:  // TUPLE2
+      case 0x87:  // TUPLE3
+      case 'l':   // LIST
+      case 'd':   // DICT
+      case ']':   // EMPTY_LIST
+      case '}':   // EMPTY_DICT
+      case 0x8f:  // EMPTY_SET
+      case 0x91:  // FROZENSET
+      case 'R':   // REDUCE
+      case 0x81:  // NEWOBJ
+      case 0x92:  // NEWOBJ_EX
+        if (++containers > kMaxPickleContainers) {
+          throw std::runtime_error("pickle nests or holds more than " +
+                                   std::to_string(kMaxPickleContainers) + " containers");
+        }
+        break;
+      case 0x80:  // PROTO
+      case 'K':   // BININT1
+      case 'q':   // BINPUT
+      case 'h':   // BINGET
+        need(1);
+        pos += 1;
+        break;
+      case 'M':  // BININT2
+        need(2);
+        pos += 2;
+        break;
+      case 'J':  // BININT
+      case 'r':  // LONG_BINPUT
+      case 'j':  // LONG_BINGET
+        need(4);
+        pos += 4;
+        break;
+      case 'G':   // BINFLOAT
+      case 0x95:  // FRAME
+        need(8);
+        pos += 8;
+        break;
+      case 0x8a:  // LONG1
+      case 'C':   // SHORT_BINBYTES
+      case 0x8c:  // SHORT_BINUNICODE
+        length(1);
+        break;
+      case 0x8b:  // LONG4
+      case 'X':   // BINUNICODE
+      case 'B':   // BINBYTES
+        length(4);
+        break;
+      case 0x8d:  // BINUNICODE8
+      case 0x8e:  // BINBYTES8
+        length(8);
+        break;
+      case 'c': {  // GLOBAL: "module\nname\n"
+        for (int line = 0; line < 2; ++line) {
+          const void* nl = std::memchr(p + pos, '\n', n - pos);
+          if (nl == nullptr) throw std::runtime_error("pickle is truncated");
+          pos = static_cast<size_t>(static_cast<const unsigned char*>(nl) - p) + 1;
+        }
+        break;
+      }
+      default: {
+        char hex[8];
+        std::snprintf(hex, sizeof(hex), "0x%02x", op);
+        throw std::runtime_error(std::string("pickle opcode ") + hex + " at byte " +
+                                 std::to_string(pos - 1) + " is not one torch.save writes");
+      }
+    }
+  }
+}
+
+// Discards LibTorch's warnings (quantized or deprecated dtypes, say) while
+// an input file is parsed, so that errors stay one line.
+class QuietWarnings : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+
 std::vector<at::Tensor> LoadTensors(const std::string& path, const char* what) {
   std::vector<char> data = ReadFile(path, what);
   c10::IValue value;
   try {
+    QuietWarnings quiet;
+    c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+    {
+      caffe2::serialize::PyTorchStreamReader reader(
+          std::make_shared<caffe2::serialize::MemoryReadAdapter>(data.data(), data.size()));
+      auto [pickle, size] = reader.getRecord("data.pkl");
+      ScanPickle(static_cast<const unsigned char*>(pickle.get()), size);
+    }
     value = torch::jit::pickle_load(data);
   } catch (const std::exception& e) {
     Fail(kInputUnreadable,
@@ -408,7 +1264,12 @@ std::vector<at::Tensor> LoadTensors(const std::string& path, const char* what) {
                                  " must hold a tensor or a tuple/list of tensors, found " +
                                  v.tagKind());
     }
-    tensors.push_back(v.toTensor());
+    const at::Tensor& t = v.toTensor();
+    if (auto problem = TensorProblem(t)) {
+      Fail(kInputUnreadable, std::string(what) + " " + path + ": tensor " +
+                                 std::to_string(tensors.size()) + " " + *problem);
+    }
+    tensors.push_back(t);
   };
   if (value.isTuple()) {
     for (const auto& v : value.toTupleRef().elements()) add(v);
@@ -498,12 +1359,6 @@ std::optional<std::vector<InputSpec>> ParseSignature(const std::string& sig) {
   return specs;
 }
 
-std::string ShapeString(const at::Tensor& t) {
-  std::ostringstream s;
-  s << t.sizes();
-  return s.str();
-}
-
 void ValidateInputs(const std::vector<at::Tensor>& inputs,
                     const std::unordered_map<std::string, std::string>& metadata) {
   auto it = metadata.find("my_ops.inputs");
@@ -556,13 +1411,17 @@ std::vector<at::Tensor> RunOnce(torch::inductor::AOTIModelPackageLoader& loader,
   }
 }
 
+// Bit for bit, so that -0.0 vs 0.0 and differing NaN payloads count too.
+bool BitIdentical(const at::Tensor& a, const at::Tensor& b) {
+  if (a.sizes() != b.sizes() || a.scalar_type() != b.scalar_type()) return false;
+  auto bytes = [](const at::Tensor& t) { return t.contiguous().reshape({-1}).view(at::kByte); };
+  return at::equal(bytes(a), bytes(b));
+}
+
 bool Identical(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].sizes() != b[i].sizes() || a[i].scalar_type() != b[i].scalar_type() ||
-        !at::equal(a[i], b[i])) {
-      return false;
-    }
+    if (!BitIdentical(a[i], b[i])) return false;
   }
   return true;
 }
@@ -573,18 +1432,20 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(idx, v.size() - 1)];
 }
 
-// Runs `iters` times from each of `threads` threads, returning one reference
-// output. Per-call latencies (ms) go to `latencies` when non-null.
+// Makes one reference run, then `total` more shared out over `threads`
+// threads, each checked bit for bit against the reference, which is
+// returned. Per-call latencies (ms) go to `latencies` when non-null.
 std::vector<at::Tensor> RunConcurrently(torch::inductor::AOTIModelPackageLoader& loader,
                                         const std::vector<at::Tensor>& inputs, long threads,
-                                        long iters, std::vector<double>* latencies) {
+                                        long total, std::vector<double>* latencies) {
   std::vector<at::Tensor> reference = RunOnce(loader, inputs);
   std::vector<std::vector<double>> per_thread(threads);
   std::vector<std::optional<Failure>> errors(threads);
   std::atomic<bool> mismatch{false};
   auto worker = [&](long t) {
+    const long iters = total / threads + (t < total % threads ? 1 : 0);
     try {
-      for (long i = 0; i < iters; ++i) {
+      for (long i = 0; i < iters && !mismatch; ++i) {
         auto t0 = std::chrono::steady_clock::now();
         auto out = RunOnce(loader, inputs);
         auto t1 = std::chrono::steady_clock::now();
@@ -607,7 +1468,7 @@ std::vector<at::Tensor> RunConcurrently(torch::inductor::AOTIModelPackageLoader&
   for (auto& e : errors) {
     if (e) throw *e;
   }
-  if (mismatch) Fail(kOther, "outputs differ between concurrent runs");
+  if (mismatch) Fail(kOther, "outputs differ between runs (not bit-identical)");
   if (latencies) {
     for (auto& v : per_thread) latencies->insert(latencies->end(), v.begin(), v.end());
   }
@@ -615,7 +1476,7 @@ std::vector<at::Tensor> RunConcurrently(torch::inductor::AOTIModelPackageLoader&
 }
 
 void CompareExpected(const std::vector<at::Tensor>& got, const std::string& path, double atol,
-                     double rtol) {
+                     double rtol, bool exact) {
   auto want = LoadTensors(path, "expected-output file");
   if (got.size() != want.size()) {
     Fail(kExpectMismatch, "model gave " + std::to_string(got.size()) + " output(s), " + path +
@@ -628,6 +1489,12 @@ void CompareExpected(const std::vector<at::Tensor>& got, const std::string& path
                                 std::string(c10::toString(g.scalar_type())) + ShapeString(g) +
                                 ", expected " + c10::toString(want[i].scalar_type()) +
                                 ShapeString(want[i]));
+    }
+    if (exact) {
+      if (!BitIdentical(g, want[i])) {
+        Fail(kExpectMismatch, "output " + std::to_string(i) + " is not bit-identical to " + path);
+      }
+      continue;
     }
     if (!at::allclose(g, want[i], rtol, atol)) {
       double diff = (g.to(at::kDouble) - want[i].to(at::kDouble)).abs().max().item<double>();
@@ -643,13 +1510,15 @@ int Main(int argc, char** argv) {
     std::cout << kHelp;
     return kOk;
   }
-  // Validate cheap things first so mistakes cost no model load.
+  const std::vector<std::string> libs = OpLibraryPaths(opt.ops);
+  // Validate cheap things first so mistakes cost no model load, and verify
+  // the package and op libraries before any of their code can run.
   ValidatePackage(opt.package);
+  VerifyManifest(opt, libs);
   std::vector<at::Tensor> inputs = LoadTensors(opt.input, "input file");
-  for (auto& t : inputs) t = t.contiguous();
   if (!opt.expect.empty()) LoadTensors(opt.expect, "expected-output file");
 
-  LoadOpLibraries(opt.ops);
+  LoadOpLibraries(libs);
   // Enables the shape/dtype/stride checks compiled into every AOTI model;
   // without them a bad input is undefined behaviour inside generated code.
   ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);
@@ -677,7 +1546,10 @@ int Main(int argc, char** argv) {
   RemoveTmpdir();
 
   auto metadata = loader->get_metadata();
+  // Before contiguous(): an input of absurd declared size (zero strides over
+  // a tiny storage) is rejected here instead of being materialised.
   ValidateInputs(inputs, metadata);
+  for (auto& t : inputs) t = t.contiguous();
   // Input files hold CPU tensors; a CUDA package needs them on its device.
   if (auto it = metadata.find("AOTI_DEVICE_KEY"); it != metadata.end() && it->second != "cpu") {
     try {
@@ -690,23 +1562,30 @@ int Main(int argc, char** argv) {
   }
 
   std::vector<double> latencies;
+  std::vector<at::Tensor> outputs;
   if (opt.bench > 0) {
     // Warm-up: first runs pay for lazy initialisation (thread pools, caches).
-    RunConcurrently(*loader, inputs, opt.threads, 3, nullptr);
-  }
-  // Without --bench, one run per extra thread still exercises concurrency.
-  long iters = opt.bench > 0 ? opt.bench : (opt.threads > 1 ? 1 : 0);
-  auto outputs =
-      RunConcurrently(*loader, inputs, opt.threads, iters, opt.bench > 0 ? &latencies : nullptr);
-  if (opt.bench > 0) {
+    RunConcurrently(*loader, inputs, opt.threads, 3 * opt.threads, nullptr);
+    outputs = RunConcurrently(*loader, inputs, opt.threads, opt.bench * opt.threads, &latencies);
     std::printf("runs %zu threads %ld runners %ld p50 %.3f ms p99 %.3f ms\n", latencies.size(),
                 opt.threads, opt.runners, Percentile(latencies, 50), Percentile(latencies, 99));
+  } else if (opt.runs > 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    outputs = RunConcurrently(*loader, inputs, opt.threads, opt.runs - 1, nullptr);
+    auto t1 = std::chrono::steady_clock::now();
+    std::printf("runs %ld threads %ld runners %ld wall %.3f ms\n", opt.runs, opt.threads,
+                opt.runners, std::chrono::duration<double, std::milli>(t1 - t0).count());
+  } else {
+    // Without --bench or --runs, one run per thread still exercises
+    // concurrency.
+    outputs =
+        RunConcurrently(*loader, inputs, opt.threads, opt.threads > 1 ? opt.threads : 0, nullptr);
   }
   for (auto& t : outputs) t = t.cpu();
   WriteTensorsAtomically(opt.output, outputs);
   if (!opt.expect.empty()) {
-    CompareExpected(outputs, opt.expect, opt.atol, opt.rtol);
-    std::printf("outputs match %s\n", opt.expect.c_str());
+    CompareExpected(outputs, opt.expect, opt.atol, opt.rtol, opt.exact);
+    std::printf("outputs match %s%s\n", opt.expect.c_str(), opt.exact ? " bit for bit" : "");
   }
   return kOk;
 }

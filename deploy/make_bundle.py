@@ -1,5 +1,8 @@
 """Pack the edge bundle: loader, libmy_ops.so, an export's outputs, run.sh and README.
 
+The export's manifest.json goes in too (and manifest.sig when the export was
+signed): run.sh has the loader check the package and library against it.
+
 usage: make_bundle [--export-dir DIR] [--loader BIN] [--ops LIB.so] [--output FILE.tar.gz]
 
 Defaults: --export-dir is the export tool's default output folder
@@ -20,7 +23,9 @@ from pathlib import Path
 # absolute(), not resolve(): keep to the runfiles tree under Bazel.
 HERE = Path(os.path.abspath(__file__)).parent
 TOP = "my_ops_bundle"
-EXPORT_FILES = ("model.pt2", "sample_input.pt", "expected_output.pt")
+EXPORT_FILES = ("model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json")
+# Present only when the export was signed.
+OPTIONAL_EXPORT_FILES = ("manifest.sig",)
 
 
 def _die(msg: str) -> None:
@@ -60,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         _die("pass --loader and --ops (or set MY_OPS_LOADER and MY_OPS_LIBRARY)")
     files = [(Path(args.loader), "loader", True), (Path(args.ops), "libmy_ops.so", False)]
     files += [(export_dir / f, f, False) for f in EXPORT_FILES]
+    files += [
+        (export_dir / f, f, False) for f in OPTIONAL_EXPORT_FILES if (export_dir / f).exists()
+    ]
     files += [(HERE / "run.sh", "run.sh", True), (HERE / "BUNDLE_README.md", "README.md", False)]
     for src, _, _ in files:
         if not src.is_file():

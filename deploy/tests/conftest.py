@@ -7,12 +7,16 @@ Environment (set by the Bazel py_test rules; set them by hand otherwise):
                   with this interpreter
   LIBTORCH_LIB    optional: LibTorch lib folder (or a file in it) for the
                   copied-loader and bundle tests; default: what the loader uses
+  MY_OPS_DEFAULT_PACKAGE  the files of //deploy:default_package (space
+                  separated, as $(rootpaths) gives them), for the tests that
+                  need a package but not a fresh export
 Relative paths are taken from the runfiles root, as $(rootpath ...) gives them.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -58,7 +62,11 @@ LOADER_EXIT = {
     "input_mismatch": 7,
     "output_unwritable": 8,
     "expect_mismatch": 9,
+    "integrity": 10,
 }
+
+# Batch limit of the package the `exported` fixture makes.
+MAX_BATCH = 8
 
 
 def _required_env(name: str) -> str:
@@ -119,3 +127,52 @@ def run_loader(
 
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
+
+
+NO_VERIFY_WARNING = "loader: WARNING: --no-verify"
+
+
+def loader_error_lines(stderr: str) -> list[str]:
+    """The error lines, without the warning that --no-verify always prints."""
+    return [line for line in error_lines(stderr) if not line.startswith(NO_VERIFY_WARNING)]
+
+
+@pytest.fixture(scope="session")
+def default_package() -> Path:
+    """The folder of //deploy:default_package (exported at build time)."""
+    value = os.environ.get("MY_OPS_DEFAULT_PACKAGE")
+    if not value:
+        pytest.fail("MY_OPS_DEFAULT_PACKAGE must list the files of //deploy:default_package")
+    model = [absolute_from_env(v) for v in value.split() if v.endswith("model.pt2")]
+    if len(model) != 1 or not os.path.isfile(model[0]):
+        pytest.fail(f"MY_OPS_DEFAULT_PACKAGE={value} names no model.pt2")
+    return Path(model[0]).parent
+
+
+@pytest.fixture(scope="session")
+def signing_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh Ed25519 key pair from export --generate-key."""
+    base = tmp_path_factory.mktemp("keys")
+    proc = run_export(["--generate-key", str(base / "keys")], base / "tmp")
+    assert proc.returncode == 0, proc.stderr
+    return base / "keys"
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory: pytest.TempPathFactory, signing_keys: Path) -> Path:
+    """One signed export of the default model (about a minute on 2 cores)."""
+    base = tmp_path_factory.mktemp("export")
+    out = base / "out"
+    proc = run_export(
+        ["--out", str(out), "--max-batch", str(MAX_BATCH),
+         "--signing-key", str(signing_keys / "signing_key.pem")],
+        base / "tmp",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    for stage in ("export", "compile", "verify"):
+        assert re.search(rf"^{stage} *\.\.\. \d+\.\ds$", proc.stdout, re.M), proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == str(out)
+    # Nothing but the output folder may remain: no staging or Inductor folders.
+    assert sorted(os.listdir(base)) == ["out", "tmp"]
+    assert os.listdir(base / "tmp") == []
+    return out

@@ -35,6 +35,7 @@ def test_bundle_contents(bundle: Path) -> None:
             "expected_output.pt",
             "libmy_ops.so",
             "loader",
+            "manifest.json",
             "model.pt2",
             "run.sh",
             "sample_input.pt",
@@ -74,6 +75,22 @@ def test_bundle_rejects_a_wrong_expected_output(bundle: Path, tmp_path: Path) ->
     result = _run_bundle(wrong, scratch)
     assert result.returncode != 0
     assert result.stderr.strip(), "a mismatch must be reported on stderr"
+
+
+def test_bundle_refuses_a_tampered_package(bundle: Path, tmp_path: Path) -> None:
+    # run.sh keeps the loader's manifest check on: one flipped byte stops it.
+    wrong = tmp_path / "bundle"
+    subprocess.run(["cp", "-a", str(bundle), str(wrong)], check=True)
+    package = wrong / "model.pt2"
+    package.chmod(0o644)
+    data = bytearray(package.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    package.write_bytes(bytes(data))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = _run_bundle(wrong, scratch)
+    assert result.returncode == 10, result.stderr
+    assert str(package) in result.stderr
 
 
 def test_bundle_expected_output_matches_a_python_run(bundle: Path) -> None:

@@ -4,7 +4,6 @@ Python and from the C++ loader, including every documented loader error."""
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -18,29 +17,14 @@ import torch
 from conftest import (
     DEPLOY_DIR,
     LOADER_EXIT,
+    MAX_BATCH,
+    NO_VERIFY_WARNING,
     absolute_from_env,
     child_env,
     error_lines,
-    run_export,
+    loader_error_lines,
     run_loader,
 )
-
-MAX_BATCH = 8
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    base = tmp_path_factory.mktemp("export")
-    out = base / "out"
-    proc = run_export(["--out", str(out), "--max-batch", str(MAX_BATCH)], base / "tmp")
-    assert proc.returncode == 0, proc.stderr
-    for stage in ("export", "compile", "verify"):
-        assert re.search(rf"^{stage} *\.\.\. \d+\.\ds$", proc.stdout, re.M), proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == str(out)
-    # Nothing but the output folder may remain: no staging or Inductor folders.
-    assert sorted(os.listdir(base)) == ["out", "tmp"]
-    assert os.listdir(base / "tmp") == []
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +57,13 @@ def compiled(exported: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 def test_output_files(exported: Path) -> None:
-    assert sorted(os.listdir(exported)) == ["expected_output.pt", "model.pt2", "sample_input.pt"]
+    assert sorted(os.listdir(exported)) == [
+        "expected_output.pt",
+        "manifest.json",
+        "manifest.sig",
+        "model.pt2",
+        "sample_input.pt",
+    ]
     inputs = torch.load(exported / "sample_input.pt")
     expected = torch.load(exported / "expected_output.pt")
     assert isinstance(inputs, tuple) and all(isinstance(t, torch.Tensor) for t in inputs)
@@ -234,6 +224,7 @@ CASES = [
     ("missing_ops", "ops"),
     ("ops_not_a_library", "ops"),
     ("ops_without_my_ops", "ops"),
+    ("ops_not_in_manifest", "integrity"),
     ("missing_input", "input_unreadable"),
     ("garbage_input", "input_unreadable"),
     ("not_tensors", "input_unreadable"),
@@ -248,7 +239,13 @@ CASES = [
     ("no_args", "usage"),
     ("unknown_flag", "usage"),
     ("bad_bench", "usage"),
+    ("runs_and_bench", "usage"),
+    ("exact_without_expect", "usage"),
 ]
+
+# These check what happens when a library gets past the manifest check, so
+# they skip it; "ops_not_in_manifest" shows that the check stops them first.
+NO_VERIFY_CASES = {"ops_not_a_library", "ops_without_my_ops"}
 
 
 @pytest.mark.parametrize("case, code", CASES)
@@ -280,7 +277,7 @@ def test_loader_errors(loader_bin, ops_library, exported: Path, tmp_path: Path, 
         argv = args(ops=["--ops", str(tmp_path / "libnothing.so")])
     elif case == "ops_not_a_library":
         argv = args(ops=["--ops", str(garbage)])
-    elif case == "ops_without_my_ops":
+    elif case in ("ops_without_my_ops", "ops_not_in_manifest"):
         # A real shared library that registers nothing the package needs.
         libc10 = Path(torch.__file__).parent / "lib" / "libc10.so"
         argv = args(ops=["--ops", str(libc10)])
@@ -302,12 +299,19 @@ def test_loader_errors(loader_bin, ops_library, exported: Path, tmp_path: Path, 
         argv = args(extra=["--frobnicate"])
     elif case == "bad_bench":
         argv = args(extra=["--bench", "ten"])
+    elif case == "runs_and_bench":
+        argv = args(extra=["--bench", "2", "--runs", "2"])
+    elif case == "exact_without_expect":
+        argv = args(extra=["--exact"])
     else:
         raise AssertionError(case)
+    if case in NO_VERIFY_CASES:
+        argv.append("--no-verify")
 
     proc = _loader(loader_bin, ops_library, tmp_path, *argv, ops=False)
     assert proc.returncode == LOADER_EXIT[code], (proc.returncode, proc.stderr)
-    lines = error_lines(proc.stderr)
+    assert (NO_VERIFY_WARNING in proc.stderr) == (case in NO_VERIFY_CASES), proc.stderr
+    lines = loader_error_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("loader: error: "), proc.stderr
     if case != "expect_mismatch":  # the output is valid there; only the comparison failed
@@ -330,7 +334,9 @@ def test_loader_has_no_libpython(loader_bin) -> None:
     assert not [line for line in needed if "python" in line.lower()], needed
 
 
-def test_bundle_run_sh(loader_bin, ops_library, exported: Path, tmp_path: Path) -> None:
+def test_bundle_run_sh(
+    loader_bin, ops_library, exported: Path, signing_keys: Path, tmp_path: Path
+) -> None:
     bundle_tar = tmp_path / "bundle.tar.gz"
     proc = subprocess.run(
         [sys.executable, str(DEPLOY_DIR / "make_bundle.py"), "--export-dir", str(exported),
@@ -345,7 +351,7 @@ def test_bundle_run_sh(loader_bin, ops_library, exported: Path, tmp_path: Path) 
     assert names == sorted(
         f"{top}/{n}"
         for n in ("loader", "libmy_ops.so", "model.pt2", "sample_input.pt",
-                  "expected_output.pt", "run.sh", "README.md")
+                  "expected_output.pt", "manifest.json", "manifest.sig", "run.sh", "README.md")
     )  # fmt: skip
     torch_lib = _libtorch_dir(loader_bin)
     elsewhere = tmp_path / "cwd"
@@ -360,6 +366,19 @@ def test_bundle_run_sh(loader_bin, ops_library, exported: Path, tmp_path: Path) 
     assert "OK" in proc.stdout
     assert os.listdir(tmp_path / "tmpdir") == []
     assert os.listdir(elsewhere) == []
+    # The signed bundle also passes with its signature required...
+    public_key = signing_keys / "public_key.pem"
+    proc = subprocess.run(
+        [run_sh, torch_lib, "--public-key", str(public_key)],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # ...and run.sh never lets the check be skipped.
+    for flag in ("--no-verify", "--manifest=/dev/null"):
+        proc = subprocess.run([run_sh, torch_lib, flag], cwd=elsewhere, env=env,
+                              capture_output=True, text=True)  # fmt: skip
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert len(error_lines(proc.stderr)) == 1
     # Without a LibTorch directory run.sh explains what it needs.
     proc = subprocess.run([run_sh], cwd=elsewhere, env=env, capture_output=True, text=True)
     assert proc.returncode == 2

@@ -83,5 +83,43 @@ def test_export_failure_keeps_previous_output(tmp_path: Path) -> None:
 def test_help(tmp_path: Path) -> None:
     proc = run_export(["--help"], tmp_path / "tmp")
     assert proc.returncode == 0
-    for flag in ("--out", "--device", "--model", "--isa", "--max-batch"):
+    for flag in ("--out", "--device", "--model", "--isa", "--max-batch", "--signing-key",
+                 "--generate-key"):  # fmt: skip
         assert flag in proc.stdout
+
+
+def test_generate_key(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    proc = run_export(["--generate-key", str(keys)], tmp_path / "tmp")
+    assert proc.returncode == 0, proc.stderr
+    private, public = keys / "signing_key.pem", keys / "public_key.pem"
+    assert proc.stdout.split() == [str(private), str(public)]
+    assert private.stat().st_mode & 0o777 == 0o600
+    assert private.read_text().startswith("-----BEGIN PRIVATE KEY-----")
+    assert public.read_text().startswith("-----BEGIN PUBLIC KEY-----")
+    # A second run must not replace a key that may already be in use.
+    before = private.read_bytes()
+    proc = run_export(["--generate-key", str(keys)], tmp_path / "tmp")
+    _assert_clean_failure(proc, tmp_path, "not overwriting")
+    assert private.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (None, "cannot read --signing-key"),
+        (b"not a key", "neither"),
+        (b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n", "neither"),
+    ],
+)
+def test_bad_signing_key_fails_first(tmp_path: Path, content: bytes | None, needle: str) -> None:
+    key = tmp_path / "key.pem"
+    if content is not None:
+        key.write_bytes(content)
+    # A broken --model proves the key is read before any other work.
+    proc = run_export(
+        ["--signing-key", str(key), "--model", "no_such_module:f", "--out", str(tmp_path / "o")],
+        tmp_path / "tmp",
+    )
+    _assert_clean_failure(proc, tmp_path, needle)
+    assert not (tmp_path / "o").exists()

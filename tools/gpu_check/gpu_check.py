@@ -617,8 +617,30 @@ def nvidia_lib_dirs() -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
+def libsodium() -> tuple[Path, Path] | None:
+    """The include dir and static library of libsodium, which the loader links.
+
+    $MY_OPS_LIBSODIUM names a prefix (with include/sodium.h and lib/libsodium.a,
+    or Debian's usr/ layout); then Bazel's @libsodium beside this checkout in a
+    runfiles tree; then a Debian libsodium-dev install.
+    """
+    prefixes = [Path(p) for p in [os.environ.get("MY_OPS_LIBSODIUM")] if p]
+    prefixes += sorted(ROOT.parent.glob("*libsodium*"))
+    prefixes.append(Path("/"))
+    for prefix in prefixes:
+        for base in (prefix, prefix / "usr"):
+            for lib in ("lib/x86_64-linux-gnu/libsodium.a", "lib64/libsodium.a", "lib/libsodium.a"):
+                if (base / "include/sodium.h").is_file() and (base / lib).is_file():
+                    return base / "include", base / lib
+    return None
+
+
 def loader_command(tc: Toolchain, binary: Path, cuda: bool) -> list[str]:
     lib = tc.torch_dir / "lib"
+    # Without it the compile fails on sodium.h, which step_loader explains.
+    sodium = libsodium()
+    sodium_include = ["-isystem", str(sodium[0])] if sodium else []
+    sodium_lib = [str(sodium[1])] if sodium else []
     nvidia = []
     for d in nvidia_lib_dirs():
         nvidia.append(f"-Wl,-rpath-link,{d}")
@@ -628,9 +650,11 @@ def loader_command(tc: Toolchain, binary: Path, cuda: bool) -> list[str]:
     return [
         tc.cxx,
         *tc.cxx_flags(),
+        *sodium_include,
         "-O2",
         "-pthread",
         str(ROOT / "deploy/loader.cpp"),
+        *sodium_lib,
         "-o",
         str(binary),
         f"-L{lib}",
@@ -1029,6 +1053,8 @@ def step_loader(
         step.status = "fail"
         step.facts["parity"] = "build_failed"
         step.detail = "loader build failed"
+        if "sodium.h" in out:
+            step.detail += " (needs libsodium: apt-get install libsodium-dev, or MY_OPS_LIBSODIUM)"
         run.say(f"loader build failed (exit {rc}):\n{_tail(out)}")
         return
     result = work / "loader_out.pt"

@@ -1,0 +1,381 @@
+"""Fuzzing the loader's input reader and manifest reader with Hypothesis.
+
+Each example writes one malformed (or, by chance, valid) file and runs the
+loader on it with //deploy:default_package. Whatever the file, the loader
+must end with exit 0 and an output, or with a documented error code, one
+`loader: error:` line and no output: never a signal, never a hang.
+
+CI runs a fixed budget, derandomized and without an example database, so
+runs are repeatable. A longer, randomized run by hand:
+
+    tools/bazel test //deploy:loader_fuzz_test --test_env=MY_OPS_FUZZ_EXAMPLES=2000 \\
+        --test_timeout=7200 --test_output=streamed
+
+A failure prints the smallest file contents that reproduce it.
+"""
+
+from __future__ import annotations
+
+import collections
+import io
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import LOADER_EXIT, child_env, error_lines
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+EXAMPLES = int(os.environ.get("MY_OPS_FUZZ_EXAMPLES", "40"))
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize="MY_OPS_FUZZ_EXAMPLES" not in os.environ,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
+# A run that loads the package takes about a second; far longer is a hang.
+TIMEOUT_S = 120
+
+CODES = {code for name, code in LOADER_EXIT.items() if name != "ok"}
+INPUT_ERRORS = {LOADER_EXIT["input_unreadable"], LOADER_EXIT["input_mismatch"]}
+INTEGRITY = {LOADER_EXIT["integrity"]}
+
+
+@pytest.fixture(scope="module")
+def package(default_package: Path) -> Path:
+    return default_package / "model.pt2"
+
+
+@pytest.fixture(scope="module")
+def signature(package: Path) -> list[tuple[str, list[tuple[int, float]]]]:
+    """The package's input signature ("my_ops.inputs"), the oracle for inputs."""
+    with zipfile.ZipFile(package) as z:
+        name = next(n for n in z.namelist() if n.endswith("wrapper_metadata.json"))
+        text = json.loads(z.read(name))["my_ops.inputs"]
+    specs = []
+    for item in text.split(";"):
+        dtype, _, dims = item.partition(":")
+        ranges = []
+        for d in dims.split(","):
+            lo, _, hi = d.partition("-")
+            ranges.append((int(lo), float("inf") if hi == "inf" else int(hi or lo)))
+        specs.append((dtype, ranges))
+    return specs
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("fuzz")
+
+
+def _run(loader_bin: str, ops: str, package: Path, work: Path, **files: bytes):
+    """Runs the loader with the sample input and default manifest, except for `files`."""
+    out = work / "out.pt"
+    out.unlink(missing_ok=True)
+    paths = {
+        "input": package.parent / "sample_input.pt",
+        "manifest": package.parent / "manifest.json",
+    }
+    for name, data in files.items():
+        paths[name] = work / f"fuzzed_{name}"
+        paths[name].write_bytes(data)
+    argv = [
+        loader_bin, "--ops", ops, "--package", str(package),
+        "--input", str(paths["input"]), "--manifest", str(paths["manifest"]),
+        "--output", str(out),
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(
+            argv, env=child_env(work / "tmp"), capture_output=True, timeout=TIMEOUT_S
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"loader hung (over {TIMEOUT_S}s)")
+    stderr = proc.stderr.decode(errors="replace")
+    assert proc.returncode >= 0, f"loader killed by signal {-proc.returncode}: {stderr}"
+    assert os.listdir(work / "tmp") == [], "temporary files left behind"
+    return proc.returncode, stderr, out, paths
+
+
+def _check(rc: int, stderr: str, out: Path, allowed: set[int]) -> str:
+    """The one error line (or "" on success), after the common checks."""
+    assert rc in allowed, (rc, stderr)
+    assert not Path(str(out) + ".tmp").exists()
+    if rc == 0:
+        assert out.exists(), stderr
+        return ""
+    assert rc in CODES
+    lines = error_lines(stderr)
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("loader: error: "), stderr
+    assert not out.exists()
+    return lines[0]
+
+
+def _saved(value) -> bytes:
+    buf = io.BytesIO()
+    torch.save(value, buf)
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------- byte-level
+
+
+@st.composite
+def _mutations(draw, base: bytes) -> bytes:
+    kind = draw(st.sampled_from(["truncate", "flip", "overwrite", "insert", "random"]))
+    data = bytearray(base)
+    if kind == "truncate":
+        return bytes(data[: draw(st.integers(0, len(data) - 1))])
+    if kind == "flip":
+        for bit in draw(st.lists(st.integers(0, 8 * len(data) - 1), min_size=1, max_size=16)):
+            data[bit // 8] ^= 1 << (bit % 8)
+        return bytes(data)
+    if kind == "overwrite":
+        at = draw(st.integers(0, len(data) - 1))
+        chunk = draw(st.binary(min_size=1, max_size=64))
+        data[at : at + len(chunk)] = chunk
+        return bytes(data)
+    if kind == "insert":
+        at = draw(st.integers(0, len(data)))
+        return bytes(data[:at] + draw(st.binary(min_size=1, max_size=64)) + data[at:])
+    prefix = draw(st.sampled_from([b"", b"PK\x03\x04", b"\x80\x02"]))
+    return prefix + draw(st.binary(max_size=4096))
+
+
+@FUZZ
+@given(data=st.data())
+def test_mutated_input_files(loader_bin, ops_library, package, work, data) -> None:
+    base = (package.parent / "sample_input.pt").read_bytes()
+    fuzzed = data.draw(_mutations(base), label="input")
+    rc, stderr, out, _ = _run(loader_bin, ops_library, package, work, input=fuzzed)
+    # A flip inside the tensor data leaves a valid input with other values.
+    _check(rc, stderr, out, {0} | INPUT_ERRORS)
+
+
+# --------------------------------------------------------------------------- torch.save values
+
+_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+           torch.int32, torch.uint8, torch.bool, torch.complex64]  # fmt: skip
+_DIMS = st.sampled_from([0, 1, 2, 15, 16, 17, 63, 64, 65])
+
+
+@st.composite
+def _tensors(draw) -> torch.Tensor:
+    dtype = draw(st.sampled_from(_DTYPES))
+    shape = draw(st.lists(_DIMS, max_size=4))
+    # Expanded from one element: any shape, tiny storage (zero strides).
+    t = torch.ones((), dtype=dtype).expand(shape)
+    numel = 1
+    for d in shape:
+        numel *= d
+    if numel <= 1 << 16 and draw(st.booleans()):
+        t = t.contiguous()
+    return t
+
+
+_LEAVES = _tensors() | st.none() | st.integers() | st.floats() | st.text(max_size=4)
+_VALUES = st.recursive(
+    _LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+
+
+def _expected_codes(value, signature) -> set[int]:
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not all(isinstance(t, torch.Tensor) for t in items):
+        return {LOADER_EXIT["input_unreadable"]}
+    if len(items) != len(signature):
+        return {LOADER_EXIT["input_mismatch"]}
+    names = {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long"}
+    for t, (dtype, ranges) in zip(items, signature, strict=True):
+        if names.get(t.dtype) != dtype or t.dim() != len(ranges):
+            return {LOADER_EXIT["input_mismatch"]}
+        if any(not lo <= n <= hi for n, (lo, hi) in zip(t.shape, ranges, strict=True)):
+            return {LOADER_EXIT["input_mismatch"]}
+    return {LOADER_EXIT["ok"]}
+
+
+@FUZZ
+@given(value=_VALUES)
+@example(value=())
+@example(value=[[torch.zeros(1, 16, 64)]])
+@example(value=(torch.zeros(1, 16, 64), None))
+@example(value={"x": torch.zeros(1, 16, 64)})
+@example(value=torch.zeros(1, 16, 64, dtype=torch.float64))
+@example(value=torch.ones(()).expand(2**20, 2**20, 64))
+def test_wrong_values(loader_bin, ops_library, package, work, signature, value) -> None:
+    rc, stderr, out, _ = _run(loader_bin, ops_library, package, work, input=_saved(value))
+    _check(rc, stderr, out, _expected_codes(value, signature))
+
+
+class _Rebuilt:
+    """Pickles as torch.save pickles a tensor, with any sizes, strides and offset.
+
+    torch.save records those separately from the storage, so a file can claim
+    a tensor far larger than the data it holds.
+    """
+
+    def __init__(self, numel: int, offset: int, size: list[int], stride: list[int]) -> None:
+        data = torch.zeros(numel)
+        self.storage = torch.storage.TypedStorage(
+            wrap_storage=data.untyped_storage(), dtype=data.dtype, _internal=True
+        )
+        self.args = (offset, tuple(size), tuple(stride))
+
+    def __reduce_ex__(self, protocol):
+        return (
+            torch._utils._rebuild_tensor_v2,
+            (self.storage, *self.args, False, collections.OrderedDict()),
+        )
+
+
+_HUGE = st.sampled_from([-1, 2**31, 2**40, 2**62, 2**63 - 1])
+
+
+@FUZZ
+@given(
+    numel=st.integers(0, 128),
+    offset=st.integers(0, 64) | _HUGE,
+    size=st.lists(st.integers(0, 70) | _HUGE, max_size=4),
+    stride=st.lists(st.integers(0, 70) | _HUGE, max_size=4),
+)
+@example(numel=4, offset=0, size=[1, 16, 64], stride=[1024, 64, 1])
+@example(numel=4, offset=0, size=[2**40, 2**40, 64], stride=[0, 0, 0])
+@example(numel=4, offset=2**60, size=[1, 16, 64], stride=[1024, 64, 1])
+@example(numel=4, offset=0, size=[1, -16, 64], stride=[1024, 64, 1])
+def test_declared_sizes_beyond_the_data(
+    loader_bin, ops_library, package, work, numel, offset, size, stride
+) -> None:
+    fuzzed = _saved((_Rebuilt(numel, offset, size, stride),))
+    rc, stderr, out, _ = _run(loader_bin, ops_library, package, work, input=fuzzed)
+    _check(rc, stderr, out, {0} | INPUT_ERRORS)
+    if rc == 0:
+        # Only a tensor that fits its storage and the model's signature runs.
+        assert size[2:] == [64] and len(size) == 3, (size, stride)
+
+
+# --------------------------------------------------------------------------- raw pickles
+
+_OPS = [b"]", b")", b"}", b"(", b"t", b"\x85", b"\x86", b"\x87", b"a", b"e", b"s", b"u",
+        b"l", b"d", b"b", b"R", b"Q", b"0", b"1", b"2", b"N", b"K\x05", b"M\xff\xff",
+        b"q\x00", b"h\x00", b"q\x01", b"h\x01", b"h\x07", b"X\x01\x00\x00\x00a",
+        b"X\xff\xff\xff\x7f", b"ctorch._utils\n_rebuild_tensor_v2\n",
+        b"ccollections\nOrderedDict\n", b"ctorch\nFloatStorage\n", b"\x94", b"I1\n"]  # fmt: skip
+
+
+def _zip_with_pickle(pickle: bytes) -> bytes:
+    # The container of an empty torch.save list, with its data.pkl replaced.
+    src = zipfile.ZipFile(io.BytesIO(_saved([])))
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as dst:
+        for name in src.namelist():
+            dst.writestr(name, pickle if name.endswith("data.pkl") else src.read(name))
+    return buf.getvalue()
+
+
+@FUZZ
+@given(st.lists(st.tuples(st.sampled_from(_OPS), st.integers(1, 3000)), max_size=12))
+@example([(b"]", 1_000_000), (b"a", 999_999)])  # a list nested a million deep
+@example([(b")", 1), (b"\x85", 20_000)])  # a tuple nested 20,000 deep
+@example([(b"]", 1), (b"q\x00", 1), (b"h\x00", 1), (b"a", 1)])  # a list holding itself
+def test_raw_pickles(loader_bin, ops_library, package, work, ops) -> None:
+    pickle = b"\x80\x02" + b"".join(op * count for op, count in ops) + b"."
+    rc, stderr, out, _ = _run(
+        loader_bin, ops_library, package, work, input=_zip_with_pickle(pickle)
+    )
+    # No tensor can come out of these, so no run either.
+    _check(rc, stderr, out, INPUT_ERRORS)
+
+
+# --------------------------------------------------------------------------- manifests
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                max_size=3),
+    max_leaves=8,
+)  # fmt: skip
+_KEYS = ["format", "package", "op_libraries", "torch_version", "isa", "cpu_features", "device",
+         "extra"]  # fmt: skip
+
+
+@st.composite
+def _manifests(draw, base: bytes) -> bytes:
+    if draw(st.booleans()):
+        return draw(_mutations(base))
+    manifest = json.loads(base)
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(_KEYS))
+        if draw(st.booleans()):
+            manifest.pop(key, None)
+        else:
+            manifest[key] = draw(_JSON)
+    return json.dumps(manifest).encode()
+
+
+def _checked_fields(text: bytes) -> tuple | None:
+    """What the loader compares, or None where Python reads no such manifest."""
+    try:
+        m = json.loads(text)
+        return (
+            m["format"],
+            m["package"]["sha256"],
+            sorted(lib["sha256"] for lib in m["op_libraries"]),
+            m["torch_version"].split("+")[0],
+        )
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _check_manifest_run(loader_bin, ops_library, package, work, fuzzed: bytes) -> None:
+    base = (package.parent / "manifest.json").read_bytes()
+    rc, stderr, out, paths = _run(loader_bin, ops_library, package, work, manifest=fuzzed)
+    line = _check(rc, stderr, out, {0} | INTEGRITY)
+    if rc == 0:
+        # Accepted only if what is checked is what the export wrote.
+        assert _checked_fields(fuzzed) == _checked_fields(base), fuzzed
+    else:
+        assert str(paths["manifest"]) in line
+
+
+@FUZZ
+@given(data=st.data())
+def test_malformed_manifests(loader_bin, ops_library, package, work, data) -> None:
+    base = (package.parent / "manifest.json").read_bytes()
+    fuzzed = data.draw(_manifests(base), label="manifest")
+    _check_manifest_run(loader_bin, ops_library, package, work, fuzzed)
+
+
+# Found by the test above or written for what a JSON reader tends to get wrong.
+_MANIFEST_EDITS = {
+    "nul_as_whitespace": lambda m: m.replace(b"{\n", b"{\x00", 1),
+    "nested_deep": lambda m: b'{"a":' * 100_000,
+    "invalid_utf8": lambda m: m.replace(b'"cpu"', b'"c\xffu"'),
+    "surrogate_escape": lambda m: m.replace(b'"cpu"', b'"\\ud800"'),
+    "leading_zero": lambda m: m.rstrip().removesuffix(b"}") + b', "n": 01}',
+    "duplicate_member": lambda m: m.rstrip().removesuffix(b"}") + b', "device": "cpu"}',
+    "trailing_comma": lambda m: m.rstrip().removesuffix(b"}") + b",}",
+    "many_members": lambda m: b"{" + b",".join(b'"k%d": 0' % i for i in range(50_000)) + b"}",
+}
+
+
+@pytest.mark.parametrize("edit", sorted(_MANIFEST_EDITS))
+def test_manifest_regressions(loader_bin, ops_library, package, work, edit: str) -> None:
+    base = (package.parent / "manifest.json").read_bytes()
+    fuzzed = _MANIFEST_EDITS[edit](base)
+    assert fuzzed != base
+    _check_manifest_run(loader_bin, ops_library, package, work, fuzzed)

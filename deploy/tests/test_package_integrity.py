@@ -1,0 +1,278 @@
+"""Package integrity: the loader checks model.pt2 and every op library
+against manifest.json (and, with --public-key, its signature) before it
+loads either, and refuses with exit 10, one line naming the file, and no
+output."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import (
+    LOADER_EXIT,
+    NO_VERIFY_WARNING,
+    error_lines,
+    loader_error_lines,
+    run_export,
+    run_loader,
+)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def _edit_manifest(path: Path, **changes) -> None:
+    manifest = json.loads(path.read_text())
+    manifest.update(changes)
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+@pytest.fixture
+def pkg(exported: Path, ops_library: str, tmp_path: Path) -> Path:
+    """A writable copy of the signed export, with the op library beside it."""
+    folder = tmp_path / "pkg"
+    shutil.copytree(exported, folder)
+    shutil.copy2(ops_library, folder / "libmy_ops.so")
+    for f in folder.iterdir():
+        f.chmod(0o644)
+    return folder
+
+
+def _run(loader_bin: str, pkg: Path, tmp_path: Path, *extra: str, ops: Path | None = None):
+    out = tmp_path / "out.pt"
+    argv = [
+        "--ops", str(ops or pkg / "libmy_ops.so"),
+        "--package", str(pkg / "model.pt2"),
+        "--input", str(pkg / "sample_input.pt"),
+        "--output", str(out),
+        "--expect", str(pkg / "expected_output.pt"),
+        *extra,
+    ]  # fmt: skip
+    proc = run_loader(loader_bin, argv, tmp_path / "tmpdir")
+    assert os.listdir(tmp_path / "tmpdir") == [], "temporary files left behind"
+    return proc, out
+
+
+def _assert_refused(proc, out: Path, *needles: str) -> None:
+    assert proc.returncode == LOADER_EXIT["integrity"], (proc.returncode, proc.stderr)
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("loader: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert not out.exists()
+    assert not Path(str(out) + ".tmp").exists()
+
+
+def _assert_ran(proc, out: Path) -> None:
+    assert proc.returncode == 0, proc.stderr
+    assert "outputs match" in proc.stdout
+    assert out.exists()
+
+
+def test_manifest_describes_the_export(exported: Path, ops_library: str) -> None:
+    manifest = json.loads((exported / "manifest.json").read_text())
+    assert manifest["format"] == "my_ops.manifest/1"
+    assert manifest["package"] == {
+        "file": "model.pt2",
+        "sha256": _sha256(exported / "model.pt2"),
+    }
+    # The library the export loaded, which is the one under test here.
+    assert manifest["op_libraries"] == [
+        {"file": "libmy_ops.so", "sha256": _sha256(Path(ops_library))}
+    ]
+    assert manifest["torch_version"] == torch.__version__
+    assert manifest["isa"] == "x86-64-v3"  # the export's default, --isa portable
+    assert {"avx2", "fma", "bmi2"} <= set(manifest["cpu_features"])
+    assert not any(f.startswith("avx512") for f in manifest["cpu_features"])
+    assert manifest["device"] == "cpu"
+
+
+def test_matching_package_runs(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_ran(proc, out)
+    assert proc.stderr == ""
+
+
+def test_flipped_byte_in_package_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    _flip_byte(pkg / "model.pt2")
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(proc, out, str(pkg / "model.pt2"), "sha256")
+
+
+def test_flipped_byte_in_op_library_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    _flip_byte(pkg / "libmy_ops.so")
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(proc, out, str(pkg / "libmy_ops.so"), "sha256")
+
+
+def test_op_library_missing_from_manifest_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    # Every library given must be listed, not only the ones the package needs.
+    extra = pkg / "libextra.so"
+    shutil.copy2(Path(torch.__file__).parent / "lib" / "libc10.so", extra)
+    proc, out = _run(loader_bin, pkg, tmp_path, "--ops", str(extra))
+    _assert_refused(proc, out, str(extra), "not listed")
+
+
+def test_manifest_of_another_build_is_refused(
+    loader_bin, pkg: Path, default_package: Path, tmp_path: Path
+) -> None:
+    # //deploy:default_package is a separate export (other batch limit):
+    # its manifest is well-formed and for the same torch, but not this package's.
+    other = json.loads((default_package / "manifest.json").read_text())
+    assert other["package"]["sha256"] != _sha256(pkg / "model.pt2")
+    shutil.copy2(default_package / "manifest.json", pkg / "manifest.json")
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(proc, out, str(pkg / "model.pt2"), other["package"]["sha256"])
+
+
+def test_package_of_another_build_is_refused(
+    loader_bin, pkg: Path, default_package: Path, tmp_path: Path
+) -> None:
+    shutil.copy2(default_package / "model.pt2", pkg / "model.pt2")
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(proc, out, str(pkg / "model.pt2"))
+
+
+def test_other_torch_version_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    _edit_manifest(pkg / "manifest.json", torch_version="2.13.0+cpu")
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(proc, out, str(pkg / "manifest.json"), "2.13.0", "2.14")
+
+
+def test_unknown_cpu_feature_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    _edit_manifest(pkg / "manifest.json", cpu_features=["avx2", "quantum-entanglement"])
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(proc, out, str(pkg / "manifest.json"), "quantum-entanglement")
+
+
+def _missing_cpu_feature() -> str | None:
+    """A feature the loader knows and this CPU lacks, from /proc/cpuinfo."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    flags = next((line.split(":")[1].split() for line in text.splitlines()
+                  if line.startswith("flags")), [])  # fmt: skip
+    candidates = {"amx-tile": "amx_tile", "avx512fp16": "avx512_fp16", "avx512f": "avx512f",
+                  "avx2": "avx2"}  # fmt: skip
+    return next((name for name, flag in candidates.items() if flag not in flags), None)
+
+
+def test_missing_cpu_feature_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    feature = _missing_cpu_feature()
+    if feature is None:
+        pytest.skip("this CPU has every candidate feature")
+    _edit_manifest(pkg / "manifest.json", isa="native", cpu_features=[feature])
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(proc, out, str(pkg / "manifest.json"), feature, "lacks")
+
+
+def test_missing_manifest_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    (pkg / "manifest.json").unlink()
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(proc, out, str(pkg / "manifest.json"), str(pkg / "model.pt2"))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "{",
+        "[]",
+        '{"format": "my_ops.manifest/1"}',
+        '{"format": "my_ops.manifest/2"}',
+        "not json at all",
+    ],
+)
+def test_malformed_manifest_is_refused(loader_bin, pkg: Path, tmp_path: Path, text: str) -> None:
+    (pkg / "manifest.json").write_text(text)
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(proc, out, str(pkg / "manifest.json"))
+
+
+def test_manifest_flag_points_elsewhere(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    moved = tmp_path / "elsewhere.json"
+    (pkg / "manifest.json").rename(moved)
+    proc, out = _run(loader_bin, pkg, tmp_path, "--manifest", str(moved))
+    _assert_ran(proc, out)
+
+
+def test_no_verify_runs_with_a_warning(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    (pkg / "manifest.json").unlink()
+    proc, out = _run(loader_bin, pkg, tmp_path, "--no-verify")
+    _assert_ran(proc, out)
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith(NO_VERIFY_WARNING), proc.stderr
+    assert loader_error_lines(proc.stderr) == []
+
+
+# --------------------------------------------------------------------------- signatures
+
+
+def test_signed_manifest_verifies(
+    loader_bin, pkg: Path, signing_keys: Path, tmp_path: Path
+) -> None:
+    proc, out = _run(
+        loader_bin, pkg, tmp_path, "--public-key", str(signing_keys / "public_key.pem")
+    )
+    _assert_ran(proc, out)
+
+
+def test_raw_public_key_verifies(loader_bin, pkg: Path, signing_keys: Path, tmp_path: Path) -> None:
+    pem = (signing_keys / "public_key.pem").read_text().splitlines()
+    raw = base64.b64decode("".join(line for line in pem if not line.startswith("-----")))[-32:]
+    (tmp_path / "public.key").write_bytes(raw)
+    proc, out = _run(loader_bin, pkg, tmp_path, "--public-key", str(tmp_path / "public.key"))
+    _assert_ran(proc, out)
+
+
+def test_wrong_public_key_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    proc = run_export(["--generate-key", str(tmp_path / "other")], tmp_path / "tmp")
+    assert proc.returncode == 0, proc.stderr
+    proc, out = _run(
+        loader_bin, pkg, tmp_path, "--public-key", str(tmp_path / "other" / "public_key.pem")
+    )
+    _assert_refused(proc, out, str(pkg / "manifest.sig"), "does not verify")
+
+
+def test_tampered_signed_manifest_is_refused(
+    loader_bin, pkg: Path, signing_keys: Path, tmp_path: Path
+) -> None:
+    # A change the other checks would let through: only the signature sees it.
+    _edit_manifest(pkg / "manifest.json", device="cpu ")
+    public_key = str(signing_keys / "public_key.pem")
+    proc, out = _run(loader_bin, pkg, tmp_path, "--public-key", public_key)
+    _assert_refused(proc, out, str(pkg / "manifest.json"), "does not verify")
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_ran(proc, out)
+
+
+def test_unsigned_manifest_is_refused_with_a_public_key(
+    loader_bin, pkg: Path, signing_keys: Path, tmp_path: Path
+) -> None:
+    (pkg / "manifest.sig").unlink()
+    public_key = str(signing_keys / "public_key.pem")
+    proc, out = _run(loader_bin, pkg, tmp_path, "--public-key", public_key)
+    _assert_refused(proc, out, str(pkg / "manifest.sig"), "not signed")
+
+
+def test_private_key_is_not_a_public_key(
+    loader_bin, pkg: Path, signing_keys: Path, tmp_path: Path
+) -> None:
+    private_key = str(signing_keys / "signing_key.pem")
+    proc, out = _run(loader_bin, pkg, tmp_path, "--public-key", private_key)
+    _assert_refused(proc, out, private_key)
