@@ -33,14 +33,26 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+// nlohmann's lexer parses integers with strtoull and strtoll, which glibc >=
+// 2.38 headers redirect to __isoc23_* (GLIBC_2.38): that alone would stop the
+// loader from starting on Debian 12 (glibc 2.36). The C23 versions differ
+// only in taking "0b" with base 0 or 2; nlohmann passes base 10.
+#if defined(__x86_64__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 38))
+__asm__(".symver __isoc23_strtoull,strtoull@GLIBC_2.2.5");
+__asm__(".symver __isoc23_strtoll,strtoll@GLIBC_2.2.5");
+#endif
 
 namespace {
 
@@ -444,289 +456,63 @@ constexpr const char* kManifestFormat = "my_ops.manifest/1";
 constexpr size_t kMaxManifestBytes = 1 << 20;
 
 // Keeps attacker-controlled text in an error line short and printable.
-std::string Quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s.substr(0, 64)) {
-    out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
-  }
-  return out + (s.size() > 64 ? "...'" : "'");
+std::string Printable(std::string_view s, size_t max) {
+  std::string out;
+  for (char c : s.substr(0, max)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  return s.size() > max ? out + "..." : out;
 }
 
-// A JSON value: only what a manifest needs, and strict about the rest.
-struct Json {
-  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
-  Kind kind = Kind::kNull;
-  bool boolean = false;
-  std::string text;  // a string's value, or a number's literal
-  std::vector<Json> items;
-  std::vector<std::pair<std::string, Json>> members;
+std::string Quoted(const std::string& s) { return "'" + Printable(s, 64) + "'"; }
 
-  const Json* Member(std::string_view key) const {
-    for (const auto& [k, v] : members) {
-      if (k == key) return &v;
+using Json = nlohmann::json;
+
+// A manifest is three levels and a few dozen values deep. nlohmann parses
+// without recursion, but copying or printing a value (and, in old versions,
+// freeing one) recurses once per level: the caps keep a hostile manifest
+// well clear of that, and bound what it costs.
+constexpr int kMaxJsonDepth = 16;
+constexpr int kMaxJsonValues = 4096;
+
+// Parses exactly one JSON value, stricter than nlohmann alone; throws
+// std::runtime_error with a short, printable reason.
+Json ParseJson(const std::string& text) {
+  // nlohmann takes a NUL as the end of the input, which would accept any
+  // bytes after one; JSON text can hold none.
+  if (auto nul = text.find('\0'); nul != std::string::npos) {
+    throw std::runtime_error("NUL byte at byte " + std::to_string(nul));
+  }
+  int values = 0;
+  // Member names of each open object. nlohmann keeps the last of duplicate
+  // members, other readers the first: such a manifest says two things.
+  std::vector<std::set<std::string>> names;
+  auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    using Event = Json::parse_event_t;
+    if (event == Event::object_start || event == Event::array_start || event == Event::value) {
+      if (depth > kMaxJsonDepth) throw std::runtime_error("nested too deeply");
+      if (++values > kMaxJsonValues) {
+        throw std::runtime_error("more than " + std::to_string(kMaxJsonValues) + " values");
+      }
     }
-    return nullptr;
-  }
-};
-
-class JsonParser {
- public:
-  explicit JsonParser(std::string_view text) : text_(text) {}
-
-  // Throws std::runtime_error("... at byte N") on anything that is not
-  // exactly one JSON value.
-  Json Parse() {
-    Json value = Value(0);
-    SkipSpace();
-    if (pos_ != text_.size()) Error("unexpected text after the end");
-    return value;
-  }
-
- private:
-  // Far more than any manifest needs: bound the recursion, and the
-  // quadratic duplicate-member check.
-  static constexpr int kMaxDepth = 16;
-  static constexpr int kMaxValues = 4096;
-
-  static bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?, exactly JSON's grammar.
-  std::string Number() {
-    size_t start = pos_;
-    auto digits = [&] {
-      size_t from = pos_;
-      while (pos_ < text_.size() && IsDigit(text_[pos_])) ++pos_;
-      if (pos_ == from) Error("bad number");
-    };
-    if (text_[pos_] == '-') ++pos_;
-    if (pos_ < text_.size() && text_[pos_] == '0') {
-      ++pos_;
-    } else {
-      digits();
+    if (event == Event::object_start) names.emplace_back();
+    if (event == Event::object_end) names.pop_back();
+    if (event == Event::key) {
+      const auto& name = parsed.get_ref<const std::string&>();
+      if (!names.back().insert(name).second) {
+        throw std::runtime_error("duplicate member " + Quoted(name));
+      }
     }
-    if (pos_ < text_.size() && text_[pos_] == '.') {
-      ++pos_;
-      digits();
-    }
-    if (pos_ < text_.size() && (text_[pos_] == 'e' || text_[pos_] == 'E')) {
-      ++pos_;
-      if (pos_ < text_.size() && (text_[pos_] == '+' || text_[pos_] == '-')) ++pos_;
-      digits();
-    }
-    return std::string(text_.substr(start, pos_ - start));
-  }
-
-  [[noreturn]] void Error(const std::string& what) const {
-    throw std::runtime_error(what + " at byte " + std::to_string(pos_));
-  }
-
-  void SkipSpace() {
-    // Not strchr(" \t\r\n", c): that also matches c == '\0'.
-    auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-    while (pos_ < text_.size() && space(text_[pos_])) ++pos_;
-  }
-
-  void Expect(char c) {
-    SkipSpace();
-    if (pos_ >= text_.size() || text_[pos_] != c) Error(std::string("expected '") + c + "'");
-    ++pos_;
-  }
-
-  bool Consume(std::string_view word) {
-    if (text_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
     return true;
+  };
+  try {
+    return Json::parse(text, check);
+  } catch (const Json::exception& e) {
+    // Drops the "[json.exception.parse_error.101] " prefix. The rest quotes
+    // the offending token, which can be long and is not always printable.
+    std::string_view what = e.what();
+    auto bracket = what.find("] ");
+    if (bracket != std::string_view::npos) what.remove_prefix(bracket + 2);
+    throw std::runtime_error(Printable(what, 200));
   }
-
-  Json Value(int depth) {
-    if (depth > kMaxDepth) Error("nested too deeply");
-    if (++values_ > kMaxValues) Error("more than " + std::to_string(kMaxValues) + " values");
-    SkipSpace();
-    if (pos_ >= text_.size()) Error("unexpected end");
-    Json v;
-    char c = text_[pos_];
-    if (c == '{') {
-      v.kind = Json::Kind::kObject;
-      ++pos_;
-      SkipSpace();
-      if (pos_ < text_.size() && text_[pos_] == '}') {
-        ++pos_;
-        return v;
-      }
-      while (true) {
-        SkipSpace();
-        if (pos_ >= text_.size() || text_[pos_] != '"') Error("expected a member name");
-        std::string key = String();
-        if (v.Member(key) != nullptr) Error("duplicate member " + Quoted(key));
-        Expect(':');
-        v.members.emplace_back(std::move(key), Value(depth + 1));
-        SkipSpace();
-        if (pos_ < text_.size() && text_[pos_] == ',') {
-          ++pos_;
-          continue;
-        }
-        Expect('}');
-        return v;
-      }
-    }
-    if (c == '[') {
-      v.kind = Json::Kind::kArray;
-      ++pos_;
-      SkipSpace();
-      if (pos_ < text_.size() && text_[pos_] == ']') {
-        ++pos_;
-        return v;
-      }
-      while (true) {
-        v.items.push_back(Value(depth + 1));
-        SkipSpace();
-        if (pos_ < text_.size() && text_[pos_] == ',') {
-          ++pos_;
-          continue;
-        }
-        Expect(']');
-        return v;
-      }
-    }
-    if (c == '"') {
-      v.kind = Json::Kind::kString;
-      v.text = String();
-      return v;
-    }
-    if (Consume("true")) {
-      v.kind = Json::Kind::kBool;
-      v.boolean = true;
-      return v;
-    }
-    if (Consume("false")) {
-      v.kind = Json::Kind::kBool;
-      return v;
-    }
-    if (Consume("null")) return v;
-    if (c == '-' || IsDigit(c)) {
-      v.kind = Json::Kind::kNumber;
-      v.text = Number();
-      return v;
-    }
-    Error("unexpected character");
-  }
-
-  // Strings stay as UTF-8 bytes; \u escapes are decoded, including pairs.
-  std::string String() {
-    ++pos_;  // the opening quote
-    std::string out;
-    while (true) {
-      if (pos_ >= text_.size()) Error("unterminated string");
-      unsigned char c = static_cast<unsigned char>(text_[pos_++]);
-      if (c == '"') return out;
-      if (c < 0x20) Error("control character in a string");
-      if (c != '\\') {
-        out.push_back(static_cast<char>(c));
-        continue;
-      }
-      if (pos_ >= text_.size()) Error("unterminated string");
-      char e = text_[pos_++];
-      switch (e) {
-        case '"':
-        case '\\':
-        case '/':
-          out.push_back(e);
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'u': {
-          uint32_t cp = Hex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (!Consume("\\u")) Error("lone surrogate");
-            uint32_t lo = Hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) Error("lone surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          } else if (cp >= 0xDC00 && cp <= 0xDFFF) {
-            Error("lone surrogate");
-          }
-          AppendUtf8(out, cp);
-          break;
-        }
-        default:
-          Error("bad escape");
-      }
-    }
-  }
-
-  uint32_t Hex4() {
-    if (pos_ + 4 > text_.size()) Error("bad \\u escape");
-    uint32_t v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char h = text_[pos_++];
-      int d = h >= '0' && h <= '9'   ? h - '0'
-              : h >= 'a' && h <= 'f' ? h - 'a' + 10
-              : h >= 'A' && h <= 'F' ? h - 'A' + 10
-                                     : -1;
-      if (d < 0) Error("bad \\u escape");
-      v = v * 16 + static_cast<uint32_t>(d);
-    }
-    return v;
-  }
-
-  static void AppendUtf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out.push_back(static_cast<char>(cp));
-    } else if (cp < 0x800) {
-      out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else if (cp < 0x10000) {
-      out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    } else {
-      out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-      out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-    }
-  }
-
-  std::string_view text_;
-  size_t pos_ = 0;
-  int values_ = 0;
-};
-
-// JSON text is UTF-8; anything else is refused before parsing. Rejects
-// overlong forms, surrogates and code points past U+10FFFF, as Python does.
-std::optional<size_t> InvalidUtf8At(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-    unsigned char c = b(0);
-    size_t len = c < 0x80             ? 1
-                 : (c & 0xE0) == 0xC0 ? 2
-                 : (c & 0xF0) == 0xE0 ? 3
-                 : (c & 0xF8) == 0xF0 ? 4
-                                      : 0;
-    if (len == 0 || i + len > s.size()) return i;
-    uint32_t cp = len == 1 ? c : c & (0xFF >> (len + 1));
-    for (size_t k = 1; k < len; ++k) {
-      if ((b(k) & 0xC0) != 0x80) return i;
-      cp = (cp << 6) | (b(k) & 0x3F);
-    }
-    static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
-    i += len;
-  }
-  return std::nullopt;
 }
 
 // Reads a whole small file; nullopt when it does not exist. Other errors and
@@ -920,25 +706,22 @@ struct Manifest {
 
 Manifest ParseManifest(const std::string& path, const std::string& text) {
   const std::string where = "manifest " + path + " is malformed: ";
-  if (auto at = InvalidUtf8At(text)) {
-    Fail(kIntegrity, where + "not UTF-8 at byte " + std::to_string(*at));
-  }
   Json root;
   try {
-    root = JsonParser(text).Parse();
+    root = ParseJson(text);
   } catch (const std::runtime_error& e) {
     Fail(kIntegrity, where + e.what());
   }
-  if (root.kind != Json::Kind::kObject) Fail(kIntegrity, where + "not a JSON object");
+  if (!root.is_object()) Fail(kIntegrity, where + "not a JSON object");
   auto string_member = [&](const Json& obj, const char* key, const std::string& ctx) {
-    const Json* v = obj.Member(key);
-    if (v == nullptr || v->kind != Json::Kind::kString) {
+    auto it = obj.find(key);
+    if (it == obj.end() || !it->is_string()) {
       Fail(kIntegrity, where + ctx + "'" + key + "' must be a string");
     }
-    return v->text;
+    return it->get<std::string>();
   };
   auto digest = [&](const Json& obj, const std::string& ctx) {
-    if (obj.kind != Json::Kind::kObject) Fail(kIntegrity, where + ctx + "must be an object");
+    if (!obj.is_object()) Fail(kIntegrity, where + ctx + "must be an object");
     FileDigest d{string_member(obj, "file", ctx), string_member(obj, "sha256", ctx)};
     if (!IsSha256Hex(d.sha256)) {
       Fail(kIntegrity, where + ctx + "'sha256' must be 64 lowercase hex digits");
@@ -951,25 +734,23 @@ Manifest ParseManifest(const std::string& path, const std::string& text) {
          where + "format " + Quoted(format) + ", this loader reads '" + kManifestFormat + "'");
   }
   Manifest m;
-  const Json* package = root.Member("package");
-  if (package == nullptr) Fail(kIntegrity, where + "'package' is missing");
+  auto package = root.find("package");
+  if (package == root.end()) Fail(kIntegrity, where + "'package' is missing");
   m.package = digest(*package, "'package': ");
-  const Json* libs = root.Member("op_libraries");
-  if (libs == nullptr || libs->kind != Json::Kind::kArray) {
+  auto libs = root.find("op_libraries");
+  if (libs == root.end() || !libs->is_array()) {
     Fail(kIntegrity, where + "'op_libraries' must be an array");
   }
-  for (const auto& lib : libs->items) m.op_libraries.push_back(digest(lib, "'op_libraries': "));
+  for (const auto& lib : *libs) m.op_libraries.push_back(digest(lib, "'op_libraries': "));
   m.torch_version = string_member(root, "torch_version", "");
   m.isa = string_member(root, "isa", "");
-  const Json* features = root.Member("cpu_features");
-  if (features == nullptr || features->kind != Json::Kind::kArray) {
+  auto features = root.find("cpu_features");
+  if (features == root.end() || !features->is_array()) {
     Fail(kIntegrity, where + "'cpu_features' must be an array");
   }
-  for (const auto& f : features->items) {
-    if (f.kind != Json::Kind::kString) {
-      Fail(kIntegrity, where + "'cpu_features' must hold strings");
-    }
-    m.cpu_features.push_back(f.text);
+  for (const auto& f : *features) {
+    if (!f.is_string()) Fail(kIntegrity, where + "'cpu_features' must hold strings");
+    m.cpu_features.push_back(f.get<std::string>());
   }
   return m;
 }

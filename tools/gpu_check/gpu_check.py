@@ -635,12 +635,39 @@ def libsodium() -> tuple[Path, Path] | None:
     return None
 
 
+def nlohmann_json() -> Path | None:
+    """The include dir of nlohmann/json (header-only), which the loader parses its manifest with.
+
+    $MY_OPS_NLOHMANN_JSON names a prefix (with include/nlohmann/json.hpp, or
+    Debian's usr/ layout); then Bazel's @nlohmann_json beside this checkout in
+    a runfiles tree; then a Debian nlohmann-json3-dev install.
+    """
+    prefixes = [Path(p) for p in [os.environ.get("MY_OPS_NLOHMANN_JSON")] if p]
+    prefixes += sorted(ROOT.parent.glob("*nlohmann_json*"))
+    prefixes.append(Path("/"))
+    for prefix in prefixes:
+        for base in (prefix, prefix / "usr"):
+            if (base / "include/nlohmann/json.hpp").is_file():
+                return base / "include"
+    return None
+
+
+def _isystem(include: Path | None) -> list[str]:
+    # g++ searches /usr/include anyway, and naming it again with -isystem
+    # moves it before libstdc++'s headers, whose #include_next then fails.
+    if include is None or include.resolve() in (Path("/usr/include"), Path("/usr/local/include")):
+        return []
+    return ["-isystem", str(include)]
+
+
 def loader_command(tc: Toolchain, binary: Path, cuda: bool) -> list[str]:
     lib = tc.torch_dir / "lib"
-    # Without it the compile fails on sodium.h, which step_loader explains.
+    # Without them the compile fails on sodium.h or nlohmann/json.hpp, which
+    # step_loader explains.
     sodium = libsodium()
-    sodium_include = ["-isystem", str(sodium[0])] if sodium else []
+    sodium_include = _isystem(sodium[0] if sodium else None)
     sodium_lib = [str(sodium[1])] if sodium else []
+    json_include = _isystem(nlohmann_json())
     nvidia = []
     for d in nvidia_lib_dirs():
         nvidia.append(f"-Wl,-rpath-link,{d}")
@@ -651,6 +678,7 @@ def loader_command(tc: Toolchain, binary: Path, cuda: bool) -> list[str]:
         tc.cxx,
         *tc.cxx_flags(),
         *sodium_include,
+        *json_include,
         "-O2",
         "-pthread",
         str(ROOT / "deploy/loader.cpp"),
@@ -1055,6 +1083,9 @@ def step_loader(
         step.detail = "loader build failed"
         if "sodium.h" in out:
             step.detail += " (needs libsodium: apt-get install libsodium-dev, or MY_OPS_LIBSODIUM)"
+        if "nlohmann/json.hpp" in out:
+            step.detail += " (needs nlohmann/json: apt-get install nlohmann-json3-dev"
+            step.detail += ", or MY_OPS_NLOHMANN_JSON)"
         run.say(f"loader build failed (exit {rc}):\n{_tail(out)}")
         return
     result = work / "loader_out.pt"
