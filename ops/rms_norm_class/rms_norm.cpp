@@ -40,6 +40,8 @@ RMSNorm::RMSNorm(at::Tensor weight, double eps) : weight_(std::move(weight)), ep
 }
 
 at::Tensor RMSNorm::forward(const at::Tensor& x) const {
+  // Checked here because at::zeros_like would reject an undefined x first, naming it 'self'.
+  TORCH_CHECK(x.defined(), "RMSNorm: expected x to be a defined tensor");
   // A zero residual turns the fused add into a no-op, so plain RMSNorm shares the fused kernel.
   return std::get<0>(call_fused_add_rms_norm(x, at::zeros_like(x), weight_, eps_));
 }
