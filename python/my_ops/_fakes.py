@@ -13,7 +13,13 @@ _registered = False
 _SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
+def _check_defined(op: str, name: str, t: torch.Tensor | None) -> None:
+    # The C++ kernels refuse an undefined (None) tensor by name; so must the fakes.
+    torch._check(t is not None, lambda: f"{op}: expected {name} to be a defined tensor")
+
+
 def _check_primary(op: str, x: torch.Tensor) -> None:
+    _check_defined(op, "x", x)
     torch._check(
         x.dtype in _SUPPORTED_DTYPES,
         lambda: (
@@ -27,6 +33,7 @@ def _check_primary(op: str, x: torch.Tensor) -> None:
 
 
 def _check_same_device_and_dtype(op: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    _check_defined(op, name, t)
     torch._check(
         t.device == x.device,
         lambda: f"{op}: expected {name} to be on the same device as x ({x.device}), got {t.device}",

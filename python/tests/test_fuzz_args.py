@@ -73,10 +73,6 @@ KNOWN_GAPS = {
         "ops/registration.cpp registers RMSNorm's __init__/forward/forward_residual without "
         "argument names, so a mistyped argument is reported as '_1'/'_2'"
     ),
-    "fake-none-tensor": (
-        "the fake (meta) kernels in python/my_ops/_fakes.py read .device/.dtype of a None "
-        "tensor: AttributeError instead of 'expected <name> to be a defined tensor'"
-    ),
 }
 
 # Schema placeholders of the class methods (see "class-arg-names").
@@ -490,13 +486,6 @@ def _known_gap(case: Case, error: Exception, subject: str | None, blame: set[str
         method = "__init__" if blame & {"weight", "eps"} else case.target.split(".")[1]
         if CLASS_PLACEHOLDERS[method].get(subject) in blame:
             return "class-arg-names"
-    if (
-        isinstance(error, AttributeError)
-        and "'NoneType' object has no attribute" in message
-        and any(t is None for t in tensors)
-        and any(isinstance(t, T) and t.device == "meta" for t in tensors)
-    ):
-        return "fake-none-tensor"
     return None
 
 
