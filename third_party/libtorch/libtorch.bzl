@@ -63,9 +63,15 @@ cc_library(
 )
 
 # LibTorch for CPU code: torch, torch_cpu and c10.
+# ld checks the symbols of libtorch's own dependencies (libcudart, libcupti,
+# ...) when it links an executable. It cannot find them through the wheel's
+# $ORIGIN RPATHs (under --sysroot it prefixes those with the sysroot), so
+# -rpath-link names the merged tree's library dirs, whose files are inputs.
 cc_library(
     name = "torch_cpu",
+    additional_linker_inputs = [":runtime_libraries"],
     data = [":runtime_libraries"],
+    linkopts = ["-Wl,-rpath-link," + d for d in {rpath_link_dirs}],
     deps = [
         ":headers",
         ":libc10",
@@ -89,6 +95,7 @@ cc_library(
 
 exports_files([
     "site-packages/torch/lib/libc10.so",
+    "site-packages/torch/lib/libtorch_cpu.so",
     "version.txt",
 ])
 """
@@ -163,7 +170,14 @@ def _libtorch_impl(rctx):
     version = rctx.read(torch_dir.get_child("version.py")).split("__version__ = '")[1].split("'")[0]
     abi = _read_abi(rctx, torch_dir)
     rctx.file("version.txt", version + "\n")
-    rctx.file("BUILD.bazel", _BUILD.format(abi = abi))
+    lib_dirs = ["site-packages/torch/lib"]
+    nvidia = rctx.path("site-packages/nvidia")
+    if nvidia.exists:
+        for component in sorted([e.basename for e in nvidia.readdir()]):
+            if nvidia.get_child(component).get_child("lib").exists:
+                lib_dirs.append("site-packages/nvidia/{}/lib".format(component))
+    rpath_link_dirs = ["external/{}/{}".format(rctx.name, d) for d in lib_dirs]
+    rctx.file("BUILD.bazel", _BUILD.format(abi = abi, rpath_link_dirs = repr(rpath_link_dirs)))
     rctx.file("defs.bzl", _DEFS.format(version = version, abi = abi, repo = rctx.name))
 
 libtorch_repository = repository_rule(

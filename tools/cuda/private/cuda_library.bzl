@@ -42,6 +42,45 @@ def _include_flags(compilation_context, overlay_include):
         flags += ["-isystem", path]
     return flags
 
+def _version_tuple(version):
+    return tuple([int(part) for part in version.split(".")])
+
+def _toolchain_glibc(cc_toolchain, toolkit):
+    """The glibc whose headers nvcc's host compiler sees.
+
+    The sysroot toolchain (tools/cc) names its glibc in target_libc
+    ("glibc_2.36"); any other toolchain uses the host's headers.
+    """
+    libc = cc_toolchain.libc
+    if libc.startswith("glibc_"):
+        return libc[len("glibc_"):]
+    return toolkit.host_glibc
+
+def _overlay_include(cc_toolchain, toolkit):
+    if not toolkit.overlay_include:
+        return None
+    glibc = _toolchain_glibc(cc_toolchain, toolkit)
+    if not glibc or _version_tuple(glibc) >= _version_tuple(toolkit.overlay_min_glibc):
+        return toolkit.overlay_include
+    return None
+
+def _sysroot_flags(cc_toolchain):
+    """Host-compiler flags that make nvcc use the C++ toolchain's sysroot, as cc_* rules do."""
+    sysroot = cc_toolchain.sysroot
+    if not sysroot:
+        return []
+    flags = ["-Xcompiler", "--sysroot=" + sysroot]
+
+    # GCC does not find libstdc++'s headers under --sysroot by itself: like
+    # the toolchain's own compile flags, replace the system include dirs with
+    # the toolchain's built-in ones (libstdc++, GCC's own, the sysroot's).
+    builtin = cc_toolchain.built_in_include_directories
+    if builtin:
+        flags += ["-Xcompiler", "-nostdinc"]
+        for d in builtin:
+            flags += ["-isystem", d]
+    return flags
+
 def _cuda_library_impl(ctx):
     toolkit = ctx.attr._toolkit[CudaToolkitInfo]
     archs = ctx.attr._archs[CudaArchsInfo].archs
@@ -69,14 +108,17 @@ def _cuda_library_impl(ctx):
     common += ["-Xcompiler", "-fPIC"]
     common += _OPT_FLAGS.get(ctx.var["COMPILATION_MODE"], [])
     common += _gencode_flags(archs)
-    common += _include_flags(compilation_context, toolkit.overlay_include)
+    overlay_include = _overlay_include(cc_toolchain, toolkit)
+    common += _include_flags(compilation_context, overlay_include)
     common += ["-D" + d for d in compilation_context.defines.to_list()]
     common += ["-D" + d for d in ctx.attr.local_defines]
+    common += _sysroot_flags(cc_toolchain)
     common += ctx.attr.copts
 
     inputs = depset(
         ctx.files.srcs + ctx.files.hdrs,
-        transitive = [compilation_context.headers, toolkit.overlay_files],
+        transitive = [compilation_context.headers, cc_toolchain.all_files] +
+                     ([toolkit.overlay_files] if overlay_include else []),
     )
     objects = []
     for src in ctx.files.srcs:

@@ -5,8 +5,10 @@ CudaToolkitInfo = provider(
     fields = {
         "nvcc": "string: absolute path of nvcc",
         "version": "string: the toolkit version, for example '13.0'",
-        "overlay_include": "File or None: an include directory searched before the toolkit's",
+        "host_glibc": "string: the host's glibc, for example '2.43'; empty when unknown",
+        "overlay_include": "string or None: an include directory searched before the toolkit's",
         "overlay_files": "depset of File: the files under overlay_include",
+        "overlay_min_glibc": "string: the overlay is used only with a glibc at least this new",
     },
 )
 

@@ -25,9 +25,11 @@ package(default_visibility = ["//visibility:public"])
 
 cuda_toolkit(
     name = "toolkit",
+    host_glibc = "{host_glibc}",
     nvcc = "{nvcc}",
     overlay = glob(["overlay/**"]),
     overlay_include = "{overlay_include}",
+    overlay_min_glibc = "{overlay_min_glibc}",
     version = "{version}",
 )
 """
@@ -66,17 +68,22 @@ def _nvcc_version(rctx, nvcc):
             return line.split("release ")[1].split(",")[0]
     fail("CUDA: cannot read the version from '{} --version'".format(nvcc))
 
-def _glibc_version(rctx):
+def _host_glibc_version(rctx):
     result = rctx.execute(["getconf", "GNU_LIBC_VERSION"])
     if result.return_code != 0:
-        return None
-    major, minor = result.stdout.strip().split(" ")[-1].split(".")[:2]
-    return (int(major), int(minor))
+        return ""
+    return ".".join(result.stdout.strip().split(" ")[-1].split(".")[:2])
 
-def _needs_rsqrt_overlay(nvcc_version, glibc):
-    # glibc 2.42 declares rsqrt/rsqrtf with noexcept in <math.h>; CUDA 13.0's
-    # crt/math_functions.h declares them without, and nvcc rejects the pair.
-    return glibc != None and glibc >= (2, 42) and nvcc_version == "13.0"
+# glibc 2.42 declares rsqrt/rsqrtf with noexcept in <math.h>; CUDA 13.0's
+# crt/math_functions.h declares them without, and nvcc rejects the pair.
+# Which glibc's <math.h> nvcc sees depends on the C++ toolchain (the sysroot's
+# with the default one, the host's with --config=host_toolchain), so the
+# overlay is generated for every CUDA 13.0, and cuda_library uses it only
+# when the toolchain's glibc is at least _RSQRT_OVERLAY_MIN_GLIBC.
+_RSQRT_OVERLAY_MIN_GLIBC = "2.42"
+
+def _needs_rsqrt_overlay(nvcc_version):
+    return nvcc_version == "13.0"
 
 def _write_rsqrt_overlay(rctx, include_dir):
     """Mirrors the toolkit include dir, with crt/math_functions.h patched.
@@ -112,12 +119,16 @@ def _local_cuda_impl(rctx):
     nvcc = root.get_child("bin").get_child("nvcc")
     version = _nvcc_version(rctx, nvcc)
     overlay_include = ""
-    if _needs_rsqrt_overlay(version, _glibc_version(rctx)):
+    overlay_min_glibc = ""
+    if _needs_rsqrt_overlay(version):
         _write_rsqrt_overlay(rctx, root.get_child("include"))
         overlay_include = "external/{}/overlay".format(rctx.name)
+        overlay_min_glibc = _RSQRT_OVERLAY_MIN_GLIBC
     rctx.file("BUILD.bazel", _TOOLKIT_BUILD.format(
+        host_glibc = _host_glibc_version(rctx),
         nvcc = str(nvcc),
         overlay_include = overlay_include,
+        overlay_min_glibc = overlay_min_glibc,
         version = version,
     ))
     rctx.file("defs.bzl", "CUDA_AVAILABLE = True\n")
