@@ -63,6 +63,14 @@ def include_dirs(sysroot, gcc_major, cxx):
 
     GCC's own headers (stddef.h, the intrinsics) come from the compiler, as
     they must match it; everything else from the sysroot.
+
+    Args:
+      sysroot: the sysroot's path, or "%sysroot%" for cxx_builtin_include_directories.
+      gcc_major: GCC's major version, for example "12".
+      cxx: whether to include libstdc++'s dirs (C++ compiles).
+
+    Returns:
+      A list of directories.
     """
     dirs = []
     if cxx:
@@ -144,6 +152,13 @@ def _impl(ctx):
             _flags(_LINK, [
                 "-no-canonical-prefixes",
                 "-pass-exit-codes",
+                # Debian's GCC links --as-needed by default; Bazel's own
+                # toolchains keep every library a target lists (LibTorch's
+                # libtorch.so, which pulls in libtorch_cuda, is used so).
+                # The flag must precede the libraries, which Bazel's
+                # built-in link features place before these flags, so it
+                # goes into GCC's link spec, ahead of every input.
+                "-specs=" + ctx.file.link_specs.path,
                 "-Wl,-z,relro,-z,now",
                 "-Wl,--build-id=sha1",
             ] + link_search + ["-lstdc++", "-lm"]),
@@ -198,6 +213,7 @@ gcc_sysroot_toolchain_config = rule(
         "gcc_major": attr.string(mandatory = True),
         "gcc_problem": attr.string(doc = "Why gcc is empty."),
         "glibc_version": attr.string(mandatory = True, doc = "The sysroot's glibc, for example '2.36'."),
+        "link_specs": attr.label(mandatory = True, allow_single_file = True, doc = "GCC specs file that adds --no-as-needed to the link spec."),
         "sysroot": attr.string(mandatory = True, doc = "Execroot-relative path of the sysroot."),
     },
     provides = [CcToolchainConfigInfo],
