@@ -127,6 +127,10 @@ def _cuda_library_impl(ctx):
         obj = ctx.actions.declare_file("_objs/{}/{}.pic.o".format(ctx.label.name, relative))
         args = ctx.actions.args()
         args.add_all(common)
+
+        # nvcc names anonymous namespaces and module ids with its process id
+        # unless given a seed; the source path is unique and stable.
+        args.add("-frandom-seed=" + src.path)
         args.add("-c", src)
         args.add("-o", obj)
         ctx.actions.run(
