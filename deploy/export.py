@@ -35,6 +35,7 @@ import importlib
 import inspect
 import json
 import os
+import shlex
 import shutil
 import stat
 import subprocess
@@ -269,16 +270,60 @@ def _private_tmp(work: str) -> str:
     return tmp
 
 
+# Written by //tools/cc:cxx_toolchain: the compiler and sysroot flags of the
+# C++ toolchain that built the op library and the loader.
+_TOOLCHAIN_JSON = "_main/tools/cc/cxx_toolchain.json"
+
+
+def _runfiles_roots() -> list[str]:
+    roots = [os.environ.get("RUNFILES_DIR", "")]
+    # <runfiles>/_main/deploy/export.py, when started without the Bazel stub.
+    here = os.path.dirname(os.path.abspath(__file__))
+    roots.append(os.path.dirname(os.path.dirname(here)))
+    return [r for r in roots if r]
+
+
+def _toolchain_compiler() -> tuple[str, list[str], list[str], str]:
+    """The compiler for Inductor: (path, compile flags, link flags, description).
+
+    $CXX, when set, wins and is used as is (for debugging: it may link against
+    the build machine's glibc). Otherwise the Bazel C++ toolchain's compiler
+    and sysroot, so the AOTI .so has the same glibc floor as the op library.
+    """
+    if os.environ.get("CXX"):
+        return os.environ["CXX"], [], [], f"{os.environ['CXX']} (from $CXX, no sysroot)"
+    for root in _runfiles_roots():
+        path = os.path.join(root, _TOOLCHAIN_JSON)
+        if os.path.isfile(path):
+            with open(path) as f:
+                info = json.load(f)
+
+            def resolve(flags: list[str], root: str = root) -> list[str]:
+                return [flag.replace("%runfiles%", root) for flag in flags]
+
+            sysroot = info["sysroot"]
+            what = "with the sysroot" if sysroot else "host headers and libraries"
+            return (
+                info["compiler"],
+                resolve(info["compile_flags"]),
+                resolve(info["link_flags"]),
+                f"{info['compiler']} ({what})",
+            )
+    return "g++", [], [], "g++ from PATH (no Bazel toolchain description found)"
+
+
 def _real_cxx() -> str:
-    real = os.environ.get("CXX") or "g++"
+    real = _toolchain_compiler()[0]
     real_path = shutil.which(real)
     if real_path is None:
         raise ExportError(f"C++ compiler {real!r} not found (set CXX)")
     return real_path
 
 
-def _write_cxx_wrapper(tmp: str) -> str:
-    """Compiler wrapper that marks the AOTI shared object's stack non-executable.
+def _write_cxx_wrapper(tmp: str) -> tuple[str, str]:
+    """Compiler wrapper for Inductor: the toolchain's sysroot, and a non-executable stack.
+
+    Returns the wrapper's path and a description of the compiler behind it.
 
     Inductor emits CPU constants as a .S file without a .note.GNU-stack
     section, so the linked .so asks for an executable stack and glibc >= 2.41
@@ -287,20 +332,24 @@ def _write_cxx_wrapper(tmp: str) -> str:
     C++-array constant path (use_consts_asm_build=False). The linker flag must
     not go on the precompiled-header step, which is not a link.
     """
+    _, compile_flags, link_flags, what = _toolchain_compiler()
     real_path = _real_cxx()
     bindir = os.path.join(tmp, "bin")
     os.makedirs(bindir, exist_ok=True)
     # Keep the g++/clang++ name: Inductor picks flags by the compiler's name.
-    path = os.path.join(bindir, os.path.basename(real_path))
+    name = os.path.basename(real_path)
+    name = "g++" if name.startswith("g++") else "clang++" if name.startswith("clang++") else name
+    path = os.path.join(bindir, name)
+    before = " ".join(shlex.quote(f) for f in compile_flags + link_flags)
     with open(path, "w") as f:
         f.write(
             "#!/bin/sh\n"
             "link=\n"
             'for a in "$@"; do [ "$a" = -shared ] && link="-Wl,-z,noexecstack"; done\n'
-            f'exec "{real_path}" "$@" -Wa,--noexecstack $link\n'
+            f'exec {shlex.quote(real_path)} {before} "$@" -Wa,--noexecstack $link\n'
         )
     os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
+    return path, what
 
 
 # c10::toString(ScalarType) names, which the C++ loader compares against.
@@ -578,8 +627,9 @@ def run(args: argparse.Namespace) -> dict[str, float]:
                 ) from e
 
         package = os.path.join(stage, "model.pt2")
+        cxx, compiler = _write_cxx_wrapper(tmp)
+        print(f"compiler: {compiler}", flush=True)
         with _stage("compile", times):
-            cxx = _write_cxx_wrapper(tmp)
             try:
                 torch._inductor.aoti_compile_and_package(
                     ep,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Usage: glibc_floor_test.sh MAX_GLIBC REFERENCE_LIB FILE...
-# Fails when a FILE (ELF) needs a GLIBC_ version newer than
+# Fails when a FILE (ELF, or the shared objects in a .pt2 package) needs a GLIBC_ version newer than
 # max(MAX_GLIBC, the newest one REFERENCE_LIB needs). See glibc_floor_test.bzl.
 set -euo pipefail
 
@@ -30,17 +30,41 @@ if version_gt "${reference_glibc}" "${floor}"; then
 fi
 echo "glibc floor: ${floor} (edge machines: ${max_glibc}; $(basename "${reference}"): ${reference_glibc})"
 
+is_elf() { [[ "$(head -c 4 "$1" | od -An -c | tr -d ' ')" == '177ELF' ]]; }
+
+# An AOTInductor package (.pt2, a zip) ships compiled shared objects too:
+# check those instead of the archive.
+files=()
+declare -A shown_as
+unpacked="${TEST_TMPDIR:-$(mktemp -d)}/unpacked"
+for file in "$@"; do
+  if [[ "${file}" == *.pt2 ]]; then
+    dir="${unpacked}/$(basename "${file}")"
+    python3 -m zipfile -e "${file}" "${dir}" ||
+      { echo "FAIL  ${file}: not a readable zip archive"; exit 1; }
+    found="$(find "${dir}" -name '*.so' -type f | sort)"
+    [[ -n "${found}" ]] || { echo "FAIL  ${file}: no shared object inside"; exit 1; }
+    while IFS= read -r so; do
+      files+=("${so}")
+      shown_as["${so}"]="${file}:${so#"${dir}/"}"
+    done <<<"${found}"
+  else
+    files+=("${file}")
+  fi
+done
+
 checked=0
 failed=0
-for file in "$@"; do
-  # $(rootpaths) of a cc_test may name more than the executable.
-  [[ "$(head -c 4 "${file}" | od -An -c | tr -d ' ')" == '177ELF' ]] || continue
+for file in "${files[@]}"; do
+  # $(rootpaths) of a cc_test or of a package names more than binaries.
+  is_elf "${file}" || continue
+  name="${shown_as["${file}"]:-${file}}"
   need="$(newest_glibc "${file}")"
   checked=$((checked + 1))
   if [[ -z "${need}" ]]; then
-    echo "ok    ${file}: needs no GLIBC_ version"
+    echo "ok    ${name}: needs no GLIBC_ version"
   elif version_gt "${need}" "${floor}"; then
-    echo "FAIL  ${file}: needs GLIBC_${need} > ${floor}:"
+    echo "FAIL  ${name}: needs GLIBC_${need} > ${floor}:"
     { objdump -T "${file}"; objdump -p "${file}"; } 2>/dev/null |
       grep -E "GLIBC_[0-9.]+" | awk -v floor="${floor}" '
         { if (match($0, /GLIBC_[0-9.]+/)) { v = substr($0, RSTART + 6, RLENGTH - 6); print v "\t" $0 } }' |
@@ -49,7 +73,7 @@ for file in "$@"; do
       done | sort -u
     failed=$((failed + 1))
   else
-    echo "ok    ${file}: needs GLIBC_${need}"
+    echo "ok    ${name}: needs GLIBC_${need}"
   fi
 done
 [[ "${checked}" -gt 0 ]] || { echo "no ELF files among: $*" >&2; exit 2; }

@@ -126,6 +126,7 @@ def _cuda_library_impl(ctx):
         relative = src.short_path.removeprefix(ctx.label.package + "/").removesuffix(".cu")
         obj = ctx.actions.declare_file("_objs/{}/{}.pic.o".format(ctx.label.name, relative))
         args = ctx.actions.args()
+        args.add_all([cc_toolchain.nm_executable, cc_toolchain.objcopy_executable, obj, toolkit.nvcc])
         args.add_all(common)
 
         # nvcc names anonymous namespaces and module ids with its process id
@@ -134,7 +135,7 @@ def _cuda_library_impl(ctx):
         args.add("-c", src)
         args.add("-o", obj)
         ctx.actions.run(
-            executable = toolkit.nvcc,
+            executable = ctx.executable._nvcc_stable_symbols,
             arguments = [args],
             inputs = depset([src], transitive = [inputs]),
             outputs = [obj],
@@ -175,6 +176,12 @@ cuda_library = rule(
         "alwayslink": attr.bool(doc = "Keep every object in a link, for static registrations."),
         "_archs": attr.label(default = "//tools/cuda:archs_info", providers = [CudaArchsInfo]),
         "_cc_toolchain": attr.label(default = "@bazel_tools//tools/cpp:current_cc_toolchain"),
+        "_nvcc_stable_symbols": attr.label(
+            default = "//tools/cuda/private:nvcc_stable_symbols.sh",
+            allow_single_file = True,
+            executable = True,
+            cfg = "exec",
+        ),
         "_toolkit": attr.label(default = "@local_cuda//:toolkit", providers = [CudaToolkitInfo]),
     },
     fragments = ["cpp"],
