@@ -1,5 +1,8 @@
 """export_package: runs the exporter at build time to produce an AOTInductor package."""
 
+load("@bazel_skylib//rules:common_settings.bzl", "BuildSettingInfo")
+load("//tools/cc:sanitizers.bzl", "ASAN_PRELOAD_ENV")
+
 def _export_package_impl(ctx):
     names = ["model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json"]
     if ctx.file.signing_key:
@@ -19,8 +22,9 @@ def _export_package_impl(ctx):
         outputs = outs,
         mnemonic = "AotiExport",
         progress_message = "Exporting %{label} to an AOTInductor package",
-        # Inductor runs the host C++ compiler found on PATH.
+        # The compiler driver Inductor runs finds as and ld on PATH.
         use_default_shell_env = True,
+        env = ASAN_PRELOAD_ENV if ctx.attr._asan[BuildSettingInfo].value else {},
     )
     return [DefaultInfo(files = depset(outs))]
 
@@ -38,5 +42,6 @@ export_package = rule(
             allow_single_file = True,
             doc = "Ed25519 private key for --signing-key; the package then includes manifest.sig.",
         ),
+        "_asan": attr.label(default = "//tools/cc:asan"),
     },
 )

@@ -5,6 +5,7 @@ load("@bazel_skylib//rules:write_file.bzl", "write_file")
 load("@libtorch//:defs.bzl", "torch_runtime_linkopts")
 load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
 load("@rules_python//python:defs.bzl", "py_binary")
+load("//tools/cc:sanitizers.bzl", "sanitizer_deps")
 load("//tools/cuda:defs.bzl", "CUDA_AVAILABLE", "cuda_library")
 
 # CPU kernels use at::vec at AVX2 width, the portable x86-64-v3 level that the
@@ -132,10 +133,10 @@ def _source_list(name, cpu_srcs, cuda_srcs, hdrs):
         data = [name + "_sources_generated"],
     )
 
-def torch_cc_binary(name, linkopts = [], **kwargs):
+def torch_cc_binary(name, linkopts = [], deps = [], **kwargs):
     """A cc_binary that finds LibTorch in its runfiles under `bazel run` and `bazel test`."""
-    cc_binary(name = name, linkopts = linkopts + torch_runtime_linkopts(name), **kwargs)
+    cc_binary(name = name, linkopts = linkopts + torch_runtime_linkopts(name), deps = deps + sanitizer_deps(), **kwargs)
 
-def torch_cc_test(name, linkopts = [], **kwargs):
+def torch_cc_test(name, linkopts = [], deps = [], **kwargs):
     """A cc_test that finds LibTorch in its runfiles."""
-    cc_test(name = name, linkopts = linkopts + torch_runtime_linkopts(name), **kwargs)
+    cc_test(name = name, linkopts = linkopts + torch_runtime_linkopts(name), deps = deps + sanitizer_deps(), **kwargs)
