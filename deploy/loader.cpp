@@ -45,15 +45,6 @@
 #include <utility>
 #include <vector>
 
-// nlohmann's lexer parses integers with strtoull and strtoll, which glibc >=
-// 2.38 headers redirect to __isoc23_* (GLIBC_2.38): that alone would stop the
-// loader from starting on Debian 12 (glibc 2.36). The C23 versions differ
-// only in taking "0b" with base 0 or 2; nlohmann passes base 10.
-#if defined(__x86_64__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 38))
-__asm__(".symver __isoc23_strtoull,strtoull@GLIBC_2.2.5");
-__asm__(".symver __isoc23_strtoll,strtoll@GLIBC_2.2.5");
-#endif
-
 namespace {
 
 enum ExitCode : int {
