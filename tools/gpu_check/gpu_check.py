@@ -52,9 +52,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 # Not resolved: under Bazel the runfiles tree (the declared data) is the source tree.
 ROOT = Path(os.path.abspath(__file__)).parents[2]
@@ -617,39 +618,52 @@ def nvidia_lib_dirs() -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-def libsodium() -> tuple[Path, Path] | None:
-    """The include dir and static library of libsodium, which the loader links.
+T = TypeVar("T")
 
-    $MY_OPS_LIBSODIUM names a prefix (with include/sodium.h and lib/libsodium.a,
-    or Debian's usr/ layout); then Bazel's @libsodium beside this checkout in a
-    runfiles tree; then a Debian libsodium-dev install.
+
+def _dependency(env_var: str, repo_glob: str, found: Callable[[Path], T | None]) -> T | None:
+    """The first `found(base)` that is not None, over these prefixes and their usr/.
+
+    $env_var names a prefix; then Bazel's repository (matching repo_glob)
+    beside this checkout in a runfiles tree; then the system (a Debian -dev
+    package).
     """
-    prefixes = [Path(p) for p in [os.environ.get("MY_OPS_LIBSODIUM")] if p]
-    prefixes += sorted(ROOT.parent.glob("*libsodium*"))
+    prefixes = [Path(p) for p in [os.environ.get(env_var)] if p]
+    prefixes += sorted(ROOT.parent.glob(repo_glob))
     prefixes.append(Path("/"))
     for prefix in prefixes:
         for base in (prefix, prefix / "usr"):
-            for lib in ("lib/x86_64-linux-gnu/libsodium.a", "lib64/libsodium.a", "lib/libsodium.a"):
-                if (base / "include/sodium.h").is_file() and (base / lib).is_file():
-                    return base / "include", base / lib
+            result = found(base)
+            if result is not None:
+                return result
     return None
+
+
+def libsodium() -> tuple[Path, Path] | None:
+    """The include dir and static library of libsodium, which the loader links.
+
+    From $MY_OPS_LIBSODIUM, @libsodium or libsodium-dev (see _dependency).
+    """
+
+    def found(base: Path) -> tuple[Path, Path] | None:
+        for lib in ("lib/x86_64-linux-gnu/libsodium.a", "lib64/libsodium.a", "lib/libsodium.a"):
+            if (base / "include/sodium.h").is_file() and (base / lib).is_file():
+                return base / "include", base / lib
+        return None
+
+    return _dependency("MY_OPS_LIBSODIUM", "*libsodium*", found)
 
 
 def nlohmann_json() -> Path | None:
     """The include dir of nlohmann/json (header-only), which the loader parses its manifest with.
 
-    $MY_OPS_NLOHMANN_JSON names a prefix (with include/nlohmann/json.hpp, or
-    Debian's usr/ layout); then Bazel's @nlohmann_json beside this checkout in
-    a runfiles tree; then a Debian nlohmann-json3-dev install.
+    From $MY_OPS_NLOHMANN_JSON, @nlohmann_json or nlohmann-json3-dev (see _dependency).
     """
-    prefixes = [Path(p) for p in [os.environ.get("MY_OPS_NLOHMANN_JSON")] if p]
-    prefixes += sorted(ROOT.parent.glob("*nlohmann_json*"))
-    prefixes.append(Path("/"))
-    for prefix in prefixes:
-        for base in (prefix, prefix / "usr"):
-            if (base / "include/nlohmann/json.hpp").is_file():
-                return base / "include"
-    return None
+
+    def found(base: Path) -> Path | None:
+        return base / "include" if (base / "include/nlohmann/json.hpp").is_file() else None
+
+    return _dependency("MY_OPS_NLOHMANN_JSON", "*nlohmann_json*", found)
 
 
 def _isystem(include: Path | None) -> list[str]:
