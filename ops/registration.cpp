@@ -16,9 +16,11 @@ TORCH_LIBRARY(my_ops, m) {
 
   using my_ops::RMSNorm;
   m.class_<RMSNorm>("RMSNorm")
-      .def(torch::init<at::Tensor, double>())
-      .def("forward", &RMSNorm::forward)
-      .def("forward_residual", &RMSNorm::forward_residual)
+      // Named arguments, so a wrong argument is reported by its name.
+      .def(torch::init<at::Tensor, double>(), "", {torch::arg("weight"), torch::arg("eps")})
+      .def("forward", &RMSNorm::forward, "", {torch::arg("x")})
+      .def("forward_residual", &RMSNorm::forward_residual, "",
+           {torch::arg("x"), torch::arg("residual")})
       .def("weight", [](const c10::intrusive_ptr<RMSNorm>& self) { return self->weight(); })
       .def("eps", &RMSNorm::eps)
       .def("__obj_flatten__", &RMSNorm::flatten)

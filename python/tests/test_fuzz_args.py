@@ -69,17 +69,6 @@ KNOWN_GAPS = {
         "every Tensor argument is None: the dispatcher has no backend to pick and raises "
         "NotImplementedError ('There were no tensor arguments ...') before any check runs"
     ),
-    "class-arg-names": (
-        "ops/registration.cpp registers RMSNorm's __init__/forward/forward_residual without "
-        "argument names, so a mistyped argument is reported as '_1'/'_2'"
-    ),
-}
-
-# Schema placeholders of the class methods (see "class-arg-names").
-CLASS_PLACEHOLDERS = {
-    "__init__": {"_1": "weight", "_2": "eps"},
-    "forward": {"_1": "x"},
-    "forward_residual": {"_1": "x", "_2": "residual"},
 }
 
 
@@ -482,10 +471,6 @@ def _known_gap(case: Case, error: Exception, subject: str | None, blame: set[str
         and all(t is None for t in tensors)
     ):
         return "no-tensor-args"
-    if case.ctor and subject in ("_1", "_2"):
-        method = "__init__" if blame & {"weight", "eps"} else case.target.split(".")[1]
-        if CLASS_PLACEHOLDERS[method].get(subject) in blame:
-            return "class-arg-names"
     return None
 
 
