@@ -16,6 +16,8 @@ Symlinks left dangling (the sanitizer runtimes, which no package here ships)
 are removed.
 """
 
+load("//third_party/debian:debian_package.bzl", "extract_deb")
+
 _ARCHIVES = [
     ("pool/updates/", "http://deb.debian.org/debian-security/"),
     ("pool/", "http://deb.debian.org/debian/"),
@@ -99,19 +101,7 @@ def _run(rctx, args):
 def _debian_sysroot_impl(rctx):
     packages = _parse_lock(rctx.read(rctx.attr.lock))
     for pkg in packages:
-        deb = "_debs/{}".format(pkg.name)
-        rctx.download_and_extract(
-            url = _url(pkg.path),
-            sha256 = pkg.sha256,
-            output = deb,
-            type = "deb",
-        )
-        data = [e for e in rctx.path(deb).readdir() if e.basename.startswith("data.tar")]
-        if len(data) != 1:
-            fail("sysroot: {} has no single data.tar.*".format(pkg.path))
-        rctx.extract(data[0], output = ".")
-        rctx.delete(deb)
-    rctx.delete("_debs")
+        extract_deb(rctx, [_url(pkg.path)], pkg.sha256, "sysroot: " + pkg.path)
 
     # Documentation and man pages are not needed to compile or link.
     rctx.delete("usr/share")
