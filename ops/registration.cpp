@@ -7,6 +7,7 @@
 #include "ops/rms_norm_class/rms_norm.h"
 
 TORCH_LIBRARY(my_ops, m) {
+  m.set_python_module("my_ops");  // First, so that errors on a missing fake say "import my_ops".
   // One schema per line so that each stays greppable as a whole.
   // clang-format off
   m.def("identity_conv_op(Tensor x) -> Tensor");

@@ -17,6 +17,14 @@ def _sum_to_last_dim(t: torch.Tensor) -> torch.Tensor:
     return t.flatten(0, -2).sum(0) if t.dim() > 1 else t
 
 
+# --- identity_conv_op -----------------------------------------------------------------
+
+
+def _identity_backward(ctx, grad):
+    # The op is a copy, so the gradient passes through unchanged.
+    return grad
+
+
 # --- fused_bias_gelu -------------------------------------------------------------------
 
 
@@ -67,6 +75,7 @@ def register() -> None:
     global _registered
     if _registered:
         return
+    torch.library.register_autograd("my_ops::identity_conv_op", _identity_backward)
     torch.library.register_autograd(
         "my_ops::fused_bias_gelu", _bias_gelu_backward, setup_context=_bias_gelu_setup_context
     )

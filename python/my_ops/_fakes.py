@@ -1,14 +1,11 @@
 """Fake (meta) implementations used by torch.compile / torch.export.
 
-Registered once, right after ``libmy_ops.so`` is loaded.
+Registered once, by :mod:`my_ops` itself, as soon as the ``my_ops`` ops exist.
 """
 
 from __future__ import annotations
 
 import torch
-
-_registered = False
-
 
 _SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
@@ -128,12 +125,9 @@ class FakeRMSNorm:
         return self._eps
 
 
-def register() -> None:
-    global _registered
-    if _registered:
-        return
-    torch.library.register_fake("my_ops::identity_conv_op")(identity_conv_op_fake)
-    torch.library.register_fake("my_ops::fused_bias_gelu")(fused_bias_gelu_fake)
-    torch.library.register_fake("my_ops::fused_add_rms_norm")(fused_add_rms_norm_fake)
-    torch._library.register_fake_class("my_ops::RMSNorm")(FakeRMSNorm)
-    _registered = True
+FAKE_IMPLS = {
+    "my_ops::identity_conv_op": identity_conv_op_fake,
+    "my_ops::fused_bias_gelu": fused_bias_gelu_fake,
+    "my_ops::fused_add_rms_norm": fused_add_rms_norm_fake,
+}
+FAKE_CLASSES = {"my_ops::RMSNorm": FakeRMSNorm}

@@ -8,6 +8,11 @@ Search order:
    ``TEST_SRCDIR``), key ``_main/ops/libmy_ops.so``;
 4. the path relative to this package, ``../../ops/libmy_ops.so``, which is where
    the library sits in a Bazel runfiles tree.
+
+Whoever loads the library (this module, ``torch.ops.load_library`` or ``ctypes``), the
+first call here that finds the ``my_ops`` operators registered adopts them and runs the
+post-load hooks once, so the fakes and autograd formulas are never missing. A second
+copy of the library is never opened: its TORCH_LIBRARY block would abort the process.
 """
 
 from __future__ import annotations
@@ -22,7 +27,11 @@ ENV_VAR = "MY_OPS_LIBRARY"
 RUNFILES_KEY = "_main/ops/libmy_ops.so"
 LIBRARY_NAME = "libmy_ops.so"
 
+# Any schema from the TORCH_LIBRARY block: they are all registered together.
+_PROBE_OP = "identity_conv_op"
+
 _lock = threading.RLock()
+_loaded = False
 _loaded_path: str | None = None
 _post_load_hooks: list = []
 
@@ -111,20 +120,58 @@ def _not_found(paths: list[str], reason: str) -> LibraryNotFoundError:
     )
 
 
+def _ops_registered() -> bool:
+    return hasattr(torch.ops.my_ops, _PROBE_OP)
+
+
+def _mapped_files() -> list[str]:
+    """Files mapped into this process: the libraries opened by any means (Linux only)."""
+    try:
+        with open("/proc/self/maps") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    fields = (line.split(maxsplit=5) for line in lines)
+    return list(dict.fromkeys(f[5] for f in fields if len(f) == 6 and f[5].startswith("/")))
+
+
+def _library_in_process() -> str | None:
+    """The path of the ``libmy_ops.so`` another loader opened, when it can be told apart."""
+    seen = [os.path.realpath(p) for p in torch.ops.loaded_libraries] + _mapped_files()
+    named = list(dict.fromkeys(p for p in seen if os.path.basename(p) == LIBRARY_NAME))
+    return named[0] if len(named) == 1 else None
+
+
+def _mark_loaded(path: str | None) -> None:
+    global _loaded, _loaded_path
+    _loaded, _loaded_path = True, path
+    for hook in _post_load_hooks:
+        hook()
+
+
+def _adopt_registered_ops() -> bool:
+    """Whether the ops are registered; adopts them if another loader registered them."""
+    if not _loaded and _ops_registered():
+        _mark_loaded(_library_in_process())
+    return _loaded
+
+
 def _do_load(path: str) -> str:
     global _loaded_path
     real = os.path.realpath(path)
-    if _loaded_path is not None:
-        if os.path.realpath(_loaded_path) == real:
-            return _loaded_path
+    if _adopt_registered_ops():
+        if _loaded_path is None and real in _mapped_files():
+            # Registered by a file this module could not name until now.
+            _loaded_path = real
+        if _loaded_path == real:
+            return real
+        source = repr(_loaded_path) if _loaded_path else "a library that cannot be identified"
         raise RuntimeError(
-            f"my_ops: library already loaded from {_loaded_path!r}; refusing to load a "
+            f"my_ops: library already loaded from {source}; refusing to load a "
             f"second copy from {path!r}"
         )
     torch.ops.load_library(real)
-    _loaded_path = real
-    for hook in _post_load_hooks:
-        hook()
+    _mark_loaded(real)
     return real
 
 
@@ -143,39 +190,47 @@ def load_library(path: str | os.PathLike | None = None) -> str:
             if not os.path.isfile(p):
                 raise _not_found([p], "explicit path does not exist")
             return _do_load(p)
-        if _loaded_path is not None:
+        if _adopt_registered_ops() and _loaded_path is not None:
             return _loaded_path
         return _do_load(find_library())
 
 
 def try_load() -> bool:
     """Load the library if it can be found; the error is raised again on first use."""
-    try:
-        load_library()
-    except LibraryNotFoundError:
-        return False
-    return True
+    with _lock:
+        if _adopt_registered_ops():
+            return True
+        try:
+            load_library()
+        except LibraryNotFoundError:
+            return False
+        return True
 
 
 def is_loaded() -> bool:
-    return _loaded_path is not None
+    """Whether the ops are registered in this process, by this package or any other loader."""
+    with _lock:
+        return _adopt_registered_ops()
 
 
 def loaded_path() -> str | None:
-    return _loaded_path
+    """The library file the ops came from; None if not loaded or not identifiable."""
+    with _lock:
+        _adopt_registered_ops()
+        return _loaded_path
 
 
 def ensure_loaded() -> None:
     """Load the library now, or raise :class:`LibraryNotFoundError`."""
-    if _loaded_path is None:
+    if not _loaded:
         with _lock:
-            if _loaded_path is None:
+            if not _adopt_registered_ops():
                 load_library()
 
 
 def add_post_load_hook(fn) -> None:
-    """Run ``fn`` after the library is loaded (immediately if it already is)."""
+    """Run ``fn`` once the ops are registered (immediately if they already are)."""
     with _lock:
         _post_load_hooks.append(fn)
-        if _loaded_path is not None:
+        if _loaded:
             fn()

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
 import my_ops
 from my_ops import reference
-from testing_utils import APPROXIMATE, DEVICES, assert_close, make_input, run_this_file
+from testing_utils import (
+    APPROXIMATE,
+    DEVICES,
+    FLOAT_DTYPES,
+    LAYOUTS,
+    assert_close,
+    make_input,
+    run_this_file,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -57,6 +67,77 @@ def test_opcheck(device):
         failures = {k: v for k, v in result.items() if v != "SUCCESS"}
         assert not failures, f"{op} {[(a.shape, a.dtype) for a in args if torch.is_tensor(a)]}"
     assert len(ops_seen) == 3
+
+
+def _requires_grad_samples(device: str) -> dict[str, list[tuple]]:
+    """Every op's arguments as training code passes them: every tensor requires grad."""
+    samples: dict[str, list[tuple]] = {
+        "identity_conv_op": [],
+        "fused_bias_gelu": [],
+        "fused_add_rms_norm": [],
+    }
+    for dtype, layout in (
+        (torch.float32, "contiguous"),
+        (torch.float32, "transposed"),
+        (torch.float64, "sliced"),
+        (torch.float64, "rows"),
+    ):
+
+        def leaf(shape, layout=layout, dtype=dtype):
+            return make_input(shape, dtype, device, layout).detach().requires_grad_()
+
+        x, r = leaf((4, 9)), leaf((4, 9))
+        b, w = leaf((9,), "contiguous"), leaf((9,), "contiguous")
+        samples["identity_conv_op"].append((x,))
+        for approximate in APPROXIMATE:
+            samples["fused_bias_gelu"].append((x, b, approximate))
+        samples["fused_add_rms_norm"].append((x, r, w, 1e-5))
+    x3 = make_input((2, 3, 5), torch.float32, device).requires_grad_()
+    samples["identity_conv_op"].append((x3,))
+    return samples
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op_name", ["identity_conv_op", "fused_bias_gelu", "fused_add_rms_norm"])
+def test_opcheck_requires_grad(device, op_name):
+    op = getattr(torch.ops.my_ops, op_name).default
+    for args in _requires_grad_samples(device)[op_name]:
+        result = torch.library.opcheck(op, args)
+        failures = {k: v for k, v in result.items() if v != "SUCCESS"}
+        assert not failures, f"{op} {[(a.shape, a.dtype) for a in args if torch.is_tensor(a)]}"
+
+
+def _autograd_fallback_warnings(caught) -> list[str]:
+    # torch's fallback for an op without an autograd kernel warns and may be wrong.
+    messages = [str(w.message) for w in caught]
+    return [m for m in messages if "autograd kernel was not registered" in m]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_gradcheck_identity_conv(device, layout):
+    x = make_input((3, 7), torch.float64, device, layout).detach().requires_grad_()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert torch.autograd.gradcheck(my_ops.identity_conv, (x,))
+        assert torch.autograd.gradgradcheck(my_ops.identity_conv, (x,))
+    assert not _autograd_fallback_warnings(caught)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_identity_conv_backward_matches_reference(device, dtype):
+    x = make_input((5, 33), dtype, device, "transposed").detach().requires_grad_()
+    gy = make_input((5, 33), dtype, device)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (gx,) = torch.autograd.grad(my_ops.identity_conv(x), x, gy)
+    assert not _autograd_fallback_warnings(caught)
+    x64 = x.detach().double().requires_grad_()
+    (g_ref,) = torch.autograd.grad(reference.identity(x64), x64, gy.double())
+    # The gradient of a copy is the incoming gradient itself: exact in every dtype.
+    assert gx.dtype == dtype and gx.shape == x.shape
+    torch.testing.assert_close(gx, g_ref.to(dtype), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -192,7 +273,8 @@ def test_compile_backward(device):
     w = make_input((16,), torch.float32, device).requires_grad_()
 
     def loss_fn(x, b, r, w):
-        y, h = my_ops.fused_add_rms_norm(my_ops.fused_bias_gelu(x, b), r, w)
+        g = my_ops.fused_bias_gelu(my_ops.identity_conv(x), b)
+        y, h = my_ops.fused_add_rms_norm(g, r, w)
         return (y * h).sum()
 
     compiled = torch.compile(loss_fn, fullgraph=True, backend="aot_eager")

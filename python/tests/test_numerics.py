@@ -42,9 +42,11 @@ def test_identity_conv(device, dtype, layout, shape):
     # A copy, bit for bit, that never aliases the input.
     torch.testing.assert_close(out, reference.identity(x), rtol=0, atol=0)
     if x.numel():
-        assert out.data_ptr() != x.data_ptr()
-        out.fill_(1)
-        assert not torch.equal(x, out) or bool((x == 1).all())
+        # NaN never occurs in the random input, so an output that shares any element with
+        # x changes x here, whatever x holds.
+        before = x.clone()
+        out.fill_(float("nan"))
+        assert torch.equal(x, before), "identity_conv returned a tensor that aliases its input"
 
 
 # --- fused_bias_gelu -------------------------------------------------------------------
