@@ -15,12 +15,24 @@ Outputs (in --out, default $BUILD_WORKSPACE_DIRECTORY/out or ./out):
                        which the loader requires with --public-key
 
 Keys: --generate-key DIR writes DIR/signing_key.pem (private, mode 0600) and
-DIR/public_key.pem. --signing-key also takes a key from `openssl genpkey
--algorithm ed25519` or a raw 32-byte seed.
+DIR/public_key.pem, or neither when one of them exists. --signing-key also
+takes a key from `openssl genpkey -algorithm ed25519` or a raw 32-byte seed.
 
-The folder is replaced as a whole: files are produced in a temporary folder
-beside it and renamed into place, so a failed run leaves the old output (or
-nothing) and no partial files.
+--out is replaced as a whole, so it must be new, empty, or a previous export:
+nothing but the files above, with a manifest.json written by this tool. Any
+other folder, a file or a symbolic link is refused (exit 3) before the export
+starts and again just before the swap, and nothing is touched. Files are
+produced in a temporary folder beside --out and renamed into place; the
+previous export is deleted only once the new one is there, and a failure or
+Ctrl-C restores it. A failed run leaves the old output (or nothing) and no
+partial files.
+
+CUDA packages (--device cuda) embed their kernels in the package's shared
+library as fatbins: SASS and PTX for the export GPU's architecture (newer GPUs
+compile the PTX at load time), plus SASS for each TORCH_CUDA_ARCH_LIST entry
+above it; older architectures cannot be served. Export on the oldest GPU
+generation the package must serve (for example on an A100 with
+TORCH_CUDA_ARCH_LIST="8.0;9.0" for sm_80 and sm_90).
 
 Custom models: --model package.module:factory, see deploy/default_model.py for
 the factory protocol.
@@ -37,27 +49,40 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 DEFAULT_MODEL = "default_model:make_model"
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_OUT_REFUSED = 3
+EXIT_INTERRUPTED = 130
 VERIFY_BATCHES = (1, 7)
 # The C++ loader reads exactly this format; change both together.
 MANIFEST_FORMAT = "my_ops.manifest/1"
 # What --isa means as a -march value, recorded in the manifest.
 _MARCH = {"portable": "x86-64-v3", "native": "native"}
+# Everything an export writes into --out (manifest.sig only when signed).
+EXPORT_FILES = ("model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json")
+OPTIONAL_EXPORT_FILES = ("manifest.sig",)
 
 
 class ExportError(Exception):
-    """A failure with a message fit for one line on stderr."""
+    """A failure with a message fit for one line on stderr, and its exit status."""
+
+    def __init__(self, message: str, code: int = EXIT_FAILURE) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def _die(msg: str, code: int = 1) -> NoReturn:
+def _die(msg: str, code: int = EXIT_FAILURE) -> NoReturn:
     print(f"export: error: {msg}", file=sys.stderr)
     sys.exit(code)
 
@@ -78,7 +103,7 @@ def _default_out() -> str:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line, like every other error of this tool.
-        _die(f"{message} (see --help)", 2)
+        _die(f"{message} (see --help)", EXIT_USAGE)
 
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -88,18 +113,25 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "verify it against eager, and write sample_input.pt / expected_output.pt and "
         "manifest.json (sha256 sums the C++ loader checks).",
         epilog="Factory protocol: see deploy/default_model.py. Exit status 0 on success, "
-        "2 on bad usage, 1 on any other failure (one line on stderr).",
+        "2 on bad usage, 3 when --out may not be replaced (nothing is touched), 130 when "
+        "interrupted, 1 on any other failure (one line on stderr).",
     )
     p.add_argument(
         "--out",
         default=None,
-        help="output folder (default: %(default)s -> $BUILD_WORKSPACE_DIRECTORY/out, else ./out)",
+        metavar="DIR",
+        help="output folder (default: $BUILD_WORKSPACE_DIRECTORY/out, else ./out). It is "
+        "replaced as a whole, so it must be new, empty, or hold a previous export "
+        "(only export files, with this tool's manifest.json); anything else is refused "
+        "untouched",
     )
     p.add_argument(
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
-        help="target device (cuda needs a GPU at export time)",
+        help="target device. cuda needs a GPU at export time; its kernels are embedded "
+        "for that GPU's architecture (SASS, and PTX that newer GPUs compile at load time) "
+        "and for the TORCH_CUDA_ARCH_LIST entries above it",
     )
     p.add_argument(
         "--model",
@@ -402,7 +434,8 @@ def input_signature(ep: Any) -> str | None:
     return ";".join(parts)
 
 
-def _inductor_options(isa: str, cxx: str, signature: str | None) -> dict[str, Any]:
+def _inductor_options(device: str, isa: str, cxx: str, signature: str | None) -> dict[str, Any]:
+    """Every Inductor config the export sets, as aoti_compile_and_package takes them."""
     opts: dict[str, Any] = {
         "cpp.cxx": (None, cxx),
         # The loader turns on AOTI_RUNTIME_CHECK_INPUTS; without this those
@@ -417,6 +450,14 @@ def _inductor_options(isa: str, cxx: str, signature: str | None) -> dict[str, An
         # x86-64-v3 = AVX2/FMA: runs on any x86 CPU from the last ~10 years,
         # unlike the default which targets the build machine (often AVX-512).
         opts["cpp.simdlen"] = 256
+    if device == "cuda":
+        # Otherwise AOTI writes each kernel's cubin beside the model's .so and
+        # loads it lazily from the package's extraction folder at first call,
+        # a file that can be missing or swapped by then.
+        opts["aot_inductor.embed_kernel_binary"] = True
+        # Fatbins instead of cubins for the export GPU alone: PTX that newer
+        # GPUs compile at load time, plus SASS for TORCH_CUDA_ARCH_LIST.
+        opts["aot_inductor.emit_multi_arch_kernel"] = True
     return opts
 
 
@@ -533,7 +574,11 @@ def _to(xs: tuple[Any, ...], device: str) -> tuple[Any, ...]:
 
 
 def generate_key(folder: str) -> tuple[str, str]:
-    """Write a new Ed25519 key pair as PEM; never overwrites an existing key."""
+    """Write a new Ed25519 key pair as PEM; never overwrites an existing key.
+
+    Both files or neither: a private key whose public key was never written
+    signs manifests nobody can check.
+    """
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -547,16 +592,30 @@ def generate_key(folder: str) -> tuple[str, str]:
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     paths = (os.path.join(folder, "signing_key.pem"), os.path.join(folder, "public_key.pem"))
+    for path in paths:
+        if os.path.lexists(path):
+            raise ExportError(f"{path} exists; not overwriting a key")
     try:
         os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise ExportError(f"cannot create --generate-key folder {folder}: {e.strerror}") from e
+    written: list[str] = []
+    try:
         for path, data, mode in ((paths[0], private, 0o600), (paths[1], public, 0o644)):
+            # O_EXCL: a key that appeared since the check above is not ours.
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+            written.append(path)
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-    except FileExistsError as e:
-        raise ExportError(f"{e.filename} exists; not overwriting a key") from e
-    except OSError as e:
-        raise ExportError(f"cannot write a key in {folder}: {e.strerror}") from e
+    except BaseException as e:
+        for path in written:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        if isinstance(e, FileExistsError):
+            raise ExportError(f"{e.filename} exists; not overwriting a key") from e
+        if isinstance(e, OSError):
+            raise ExportError(f"cannot write a key in {folder}: {e.strerror}") from e
+        raise
     return paths
 
 
@@ -584,25 +643,26 @@ def load_signing_key(path: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> dict[str, float]:
-    # A bad key must fail now, not after minutes of compiling.
+    # A folder that may not be replaced, or a bad key, must fail now, not
+    # after minutes of compiling.
+    _check_out(args.out)
     signing_key = load_signing_key(args.signing_key) if args.signing_key else None
     _setup_environment(args.device)
     _check_device(args.device)
+    factory = _load_factory(args.model)
     import torch
 
-    factory = _load_factory(args.model)
-
     parent = os.path.dirname(args.out)
+    made = _missing_folders(parent)
     try:
         os.makedirs(parent, exist_ok=True)
         work = tempfile.mkdtemp(prefix=f".{os.path.basename(args.out)}.export-", dir=parent)
     except OSError as e:
+        _remove_empty(made)
         raise ExportError(f"cannot write output folder {args.out}: {e.strerror}") from e
-    if os.path.exists(args.out) and not os.path.isdir(args.out):
-        shutil.rmtree(work, ignore_errors=True)
-        raise ExportError(f"--out {args.out} exists and is not a folder")
 
     times: dict[str, float] = {}
+    published = False
     try:
         tmp = _private_tmp(work)
         stage = os.path.join(work, "stage")
@@ -634,7 +694,9 @@ def run(args: argparse.Namespace) -> dict[str, float]:
                 torch._inductor.aoti_compile_and_package(
                     ep,
                     package_path=package,
-                    inductor_configs=_inductor_options(args.isa, cxx, input_signature(ep)),
+                    inductor_configs=_inductor_options(
+                        args.device, args.isa, cxx, input_signature(ep)
+                    ),
                 )
             except Exception as e:  # noqa: BLE001
                 raise ExportError(f"AOTInductor compile failed: {_first_line(e)}") from e
@@ -650,9 +712,12 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         _write_manifest(stage, package, args, signing_key)
 
         _publish(stage, args.out, work)
+        published = True
         return times
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        _remove_work(work)
+        if not published:
+            _remove_empty(made)
 
 
 def _write_manifest(
@@ -712,18 +777,158 @@ def _verify(spec: Any, module: Any, package: str, max_batch: int, device: str) -
     return sample
 
 
+def _is_export_manifest(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            # A manifest is a few hundred bytes; a huge file is not one.
+            data = json.loads(f.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT
+
+
+def _check_out(path: str, shown: str | None = None) -> None:
+    """Refuse an output folder the export may not replace; reads, never writes.
+
+    Replacing --out deletes what is in it, so only a missing or empty folder,
+    or a previous export (this tool's manifest.json and nothing but export
+    files), qualifies. `shown` is the name to report when `path` is where
+    --out has been moved to.
+    """
+    shown = shown or path
+    if os.path.islink(path):
+        raise ExportError(
+            f"--out {shown} is a symbolic link; not replacing it (give the folder itself)",
+            EXIT_OUT_REFUSED,
+        )
+    if not os.path.lexists(path):
+        return
+    if not os.path.isdir(path):
+        raise ExportError(
+            f"--out {shown} exists and is not a folder; not replacing it", EXIT_OUT_REFUSED
+        )
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as e:
+        raise ExportError(f"cannot read --out {shown}: {e.strerror}", EXIT_OUT_REFUSED) from e
+    if not names:
+        return
+    allowed = {*EXPORT_FILES, *OPTIONAL_EXPORT_FILES}
+    foreign = [
+        name
+        for name in names
+        if name not in allowed
+        # A folder or a link under an export file's name is not what we wrote.
+        or os.path.islink(os.path.join(path, name))
+        or not os.path.isfile(os.path.join(path, name))
+    ]
+    if foreign:
+        listed = ", ".join(repr(n) for n in foreign[:3])
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        why = f"it holds {listed}{more}"
+    elif not _is_export_manifest(os.path.join(path, "manifest.json")):
+        why = f"it has no manifest.json of format {MANIFEST_FORMAT}"
+    else:
+        return
+    raise ExportError(
+        f"--out {shown} is neither empty nor a previous export ({why}); not replacing it: "
+        "choose a new or empty folder",
+        EXIT_OUT_REFUSED,
+    )
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block ends, then deliver them.
+
+    Between the two renames of the swap --out does not exist; a signal there
+    would end the process before the old folder is put back.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        pending.append(signum)
+
+    saved: dict[int, Any] = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            saved[sig] = signal.signal(sig, hold)
+        yield
+    finally:
+        for sig, handler in saved.items():
+            # None: a handler installed outside Python, which cannot be restored.
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if pending:
+            signal.raise_signal(pending[0])
+
+
 def _publish(stage: str, out: str, work: str) -> None:
     # Swap folders with renames (same filesystem, since work/ is beside out)
-    # so readers never see a half-written output folder.
+    # so readers never see a half-written output folder. Checked again first:
+    # the folder may have changed during the minutes of compiling.
+    _check_out(out)
     old = os.path.join(work, "old")
+    with _signals_deferred():
+        moved = False
+        try:
+            if os.path.lexists(out):
+                os.rename(out, old)
+                moved = True
+                # Whatever was added after the check above moved with the folder.
+                _check_out(old, shown=out)
+            os.rename(stage, out)
+        except BaseException as e:
+            if moved:
+                _put_back(old, out)
+            if isinstance(e, OSError):
+                raise ExportError(f"cannot write output folder {out}: {e.strerror}") from e
+            raise
+        if moved:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _put_back(old: str, out: str) -> None:
     try:
-        if os.path.isdir(out):
-            os.rename(out, old)
-        os.rename(stage, out)
+        os.rename(old, out)
     except OSError as e:
-        if os.path.isdir(old) and not os.path.exists(out):
-            os.rename(old, out)
-        raise ExportError(f"cannot write output folder {out}: {e.strerror}") from e
+        # _remove_work keeps work/old, so the previous export is not lost.
+        raise ExportError(
+            f"cannot put the previous output back at {out} ({e.strerror}); it is in {old}"
+        ) from e
+
+
+def _remove_work(work: str) -> None:
+    old = os.path.join(work, "old")
+    if not os.path.lexists(old):
+        shutil.rmtree(work, ignore_errors=True)
+        return
+    # A swap that could not be undone: work/old holds the previous export.
+    for name in os.listdir(work):
+        if name != "old":
+            shutil.rmtree(os.path.join(work, name), ignore_errors=True)
+
+
+def _missing_folders(path: str) -> list[str]:
+    """The folders os.makedirs(path) would create, deepest first."""
+    missing = []
+    while not os.path.lexists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return missing
+
+
+def _remove_empty(folders: list[str]) -> None:
+    for folder in folders:
+        try:
+            os.rmdir(folder)
+        except OSError:
+            return
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -733,15 +938,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             for path in generate_key(args.generate_key):
                 print(path)
         except ExportError as e:
-            _die(str(e))
+            _die(str(e), e.code)
+        except KeyboardInterrupt:
+            _die("interrupted", EXIT_INTERRUPTED)
         return 0
     t0 = time.perf_counter()
     try:
         times = run(args)
     except ExportError as e:
-        _die(str(e))
+        _die(str(e), e.code)
     except KeyboardInterrupt:
-        _die("interrupted", 130)
+        _die("interrupted", EXIT_INTERRUPTED)
     except Exception as e:  # noqa: BLE001
         if os.environ.get("MY_OPS_EXPORT_TRACEBACK"):
             raise

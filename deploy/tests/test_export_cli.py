@@ -1,12 +1,14 @@
-"""Command-line errors of deploy/export.py; none of these compile anything."""
+"""Command-line errors of deploy/export.py, and its Inductor settings; none of these compile."""
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import os
 from pathlib import Path
 
 import pytest
-from conftest import error_lines, run_export
+from conftest import DEPLOY_DIR, error_lines, run_export
 
 
 def _assert_clean_failure(proc, tmp_path: Path, needle: str) -> None:
@@ -72,6 +74,7 @@ def test_export_failure_keeps_previous_output(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
     (out / "model.pt2").write_text("previous")
+    (out / "manifest.json").write_text(json.dumps({"format": "my_ops.manifest/1"}))
     proc = run_export(["--model", "bad_models:data_dependent", "--out", str(out)], tmp_path / "tmp")
     _assert_clean_failure(proc, tmp_path, "torch.export failed")
     assert "hint" in proc.stderr
@@ -86,6 +89,8 @@ def test_help(tmp_path: Path) -> None:
     for flag in ("--out", "--device", "--model", "--isa", "--max-batch", "--signing-key",
                  "--generate-key"):  # fmt: skip
         assert flag in proc.stdout
+    # The --out rule: what the export may replace.
+    assert "previous export" in proc.stdout
 
 
 def test_generate_key(tmp_path: Path) -> None:
@@ -102,6 +107,18 @@ def test_generate_key(tmp_path: Path) -> None:
     proc = run_export(["--generate-key", str(keys)], tmp_path / "tmp")
     _assert_clean_failure(proc, tmp_path, "not overwriting")
     assert private.read_bytes() == before
+
+
+def test_generate_key_checks_both_paths_first(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    public = keys / "public_key.pem"
+    public.write_text("someone's public key\n")
+    proc = run_export(["--generate-key", str(keys)], tmp_path / "tmp")
+    _assert_clean_failure(proc, tmp_path, str(public))
+    # A private key without its public key would be a key nobody can check.
+    assert os.listdir(keys) == ["public_key.pem"]
+    assert public.read_text() == "someone's public key\n"
 
 
 @pytest.mark.parametrize(
@@ -123,3 +140,42 @@ def test_bad_signing_key_fails_first(tmp_path: Path, content: bytes | None, need
     )
     _assert_clean_failure(proc, tmp_path, needle)
     assert not (tmp_path / "o").exists()
+
+
+def _load_export():
+    spec = importlib.util.spec_from_file_location("export", DEPLOY_DIR / "export.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _config_value(path: str):
+    import torch._inductor.config
+
+    obj = torch._inductor.config
+    for part in path.split("."):
+        assert hasattr(obj, part), f"torch._inductor.config has no {path}"
+        obj = getattr(obj, part)
+    return obj
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("isa", ["portable", "native"])
+def test_inductor_options(device: str, isa: str) -> None:
+    export = _load_export()
+    opts = export._inductor_options(device, isa, "/usr/bin/g++", "Float:1-16,8")
+    # A misspelt key would be ignored silently by a config patch.
+    for key in opts:
+        _config_value(key)
+    # A CUDA package carries its kernels in its .so instead of loading them
+    # from the extraction folder, as fatbins rather than one GPU's cubins.
+    cuda = {"aot_inductor.embed_kernel_binary": True, "aot_inductor.emit_multi_arch_kernel": True}
+    for key, value in cuda.items():
+        assert opts.get(key) == (value if device == "cuda" else None), key
+    # The host-side C++ targets the chosen CPU instruction set on both devices.
+    assert opts["cpp.march"] == {"portable": "x86-64-v3", "native": "native"}[isa]
+    assert opts.get("cpp.simdlen") == (256 if isa == "portable" else None)
+    assert opts["cpp.cxx"] == (None, "/usr/bin/g++")
+    assert opts["aot_inductor.check_lowerbound"] is False
+    assert opts["aot_inductor.metadata"] == {"my_ops.inputs": "Float:1-16,8"}
