@@ -1,8 +1,12 @@
-"""Finds the CUDA toolkit on the host and describes it as the `@local_cuda` repository.
+"""Finds the CUDA toolkit and GPUs on the host and describes them as the `@local_cuda` repository.
 
 Search order: $CUDA_PATH, nvcc on PATH, /usr/local/cuda. Without a toolkit
 the repository still exists, CUDA targets are incompatible (skipped by
 `bazel test //...`), and one warning says the build is CPU-only.
+
+Whether the host has a GPU is recorded separately (CUDA_DEVICE_FOUND): it
+decides whether tests that run CUDA kernels are built at all (see
+requires_cuda_device() in //tools/cuda:defs.bzl).
 """
 
 _NO_TOOLKIT_BUILD = """\
@@ -108,13 +112,59 @@ def _write_rsqrt_overlay(rctx, include_dir):
         fail("CUDA: crt/math_functions.h no longer matches the rsqrt patch; update tools/cuda/private/toolkit.bzl")
     rctx.file("overlay/crt/math_functions.h", patched, executable = False)
 
+# Where the driver package puts nvidia-smi when it is not on PATH (WSL keeps
+# it beside the driver's libraries).
+_NVIDIA_SMI_FALLBACKS = ["/usr/bin/nvidia-smi", "/usr/lib/wsl/lib/nvidia-smi"]
+
+def _find_gpus(rctx):
+    """Returns (number of usable GPUs, how that was decided).
+
+    nvidia-smi asks the driver, as CUDA itself would, so device nodes left
+    behind by an unloaded or broken driver do not count as a GPU. Without
+    nvidia-smi (a container given only the device nodes and libcuda), the
+    nodes are the best evidence there is: /dev/nvidiactl plus one
+    /dev/nvidia<N> per GPU.
+    """
+    smi = rctx.which("nvidia-smi")
+    for path in _NVIDIA_SMI_FALLBACKS:
+        if not smi and rctx.path(path).exists:
+            smi = rctx.path(path)
+    if smi:
+        # A wedged driver can make nvidia-smi hang; a GPU that slow to answer
+        # would fail the tests anyway.
+        result = rctx.execute([smi, "-L"], timeout = 30)
+        if result.return_code != 0:
+            lines = (result.stderr + result.stdout).strip().splitlines()
+            why = lines[0].rstrip(".") if lines else "exit {}".format(result.return_code)
+            reason = "'{} -L' failed ({})".format(smi, why)
+
+            # buildifier: disable=print
+            print("WARNING: {}: tests that run CUDA kernels are skipped.".format(reason))
+            return 0, reason
+        gpus = [line for line in result.stdout.splitlines() if line.startswith("GPU ")]
+        return len(gpus), "'{} -L'".format(smi)
+    nodes = [
+        entry
+        for entry in rctx.path("/dev").readdir()
+        if entry.basename.startswith("nvidia") and entry.basename[len("nvidia"):].isdigit()
+    ]
+    if nodes and rctx.path("/dev/nvidiactl").exists:
+        return len(nodes), "/dev/nvidiactl and /dev/nvidia<N> (no nvidia-smi)"
+    return 0, "no nvidia-smi and no /dev/nvidia<N> device nodes"
+
+def _defs_bzl(cuda_available, gpus):
+    return "CUDA_AVAILABLE = {}\nCUDA_DEVICE_FOUND = {}\n".format(cuda_available, gpus > 0)
+
 def _local_cuda_impl(rctx):
+    gpus, gpus_how = _find_gpus(rctx)
+    gpus_line = "GPUs: {} ({}).\n".format(gpus, gpus_how)
     root, how = _find_toolkit_root(rctx)
     if root == None:
         # buildifier: disable=print
         print("WARNING: no CUDA toolkit found ($CUDA_PATH, nvcc on PATH, /usr/local/cuda): CUDA targets are skipped and the build is CPU-only.")
         rctx.file("BUILD.bazel", _NO_TOOLKIT_BUILD)
-        rctx.file("defs.bzl", "CUDA_AVAILABLE = False\n")
+        rctx.file("defs.bzl", _defs_bzl(False, gpus))
+        rctx.file("README", "No CUDA toolkit.\n" + gpus_line)
         return
     nvcc = root.get_child("bin").get_child("nvcc")
     version = _nvcc_version(rctx, nvcc)
@@ -131,11 +181,25 @@ def _local_cuda_impl(rctx):
         overlay_min_glibc = overlay_min_glibc,
         version = version,
     ))
-    rctx.file("defs.bzl", "CUDA_AVAILABLE = True\n")
-    rctx.file("README", "CUDA {} from {} (found through {}).\n".format(version, root, how))
+    rctx.file("defs.bzl", _defs_bzl(True, gpus))
+    rctx.file("README", "CUDA {} from {} (found through {}).\n".format(version, root, how) + gpus_line)
 
+# What makes Bazel run this rule again:
+# - local: Bazel re-runs local repositories on every server start instead of
+#   trusting the previous run's marker file. A GPU appears or goes away with
+#   a reboot, a driver install or a new container, and each of those starts a
+#   new Bazel server, so the answer is never older than the server.
+# - configure: the rule inspects the machine, so `bazel fetch --configure
+#   --force` re-runs it (with the other configure repositories, not the
+#   downloads) without a server restart, e.g. after loading the driver.
+# - environ: $CUDA_PATH and $PATH choose nvcc and nvidia-smi. Nothing is
+#   watched for the GPU itself: the device nodes are character devices, which
+#   rctx.watch would read to hash. $CUDA_VISIBLE_DEVICES is not read: tests do
+#   not inherit the client's environment, so it would not describe what a
+#   test sees.
 local_cuda_repository = repository_rule(
     implementation = _local_cuda_impl,
+    configure = True,
     environ = ["CUDA_PATH", "PATH"],
     local = True,
 )
