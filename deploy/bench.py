@@ -47,8 +47,9 @@ def _resolve(path: str | None, env: str, what: str) -> str:
     value = path or os.environ.get(env)
     if not value:
         sys.exit(f"bench: error: pass --{what} or set {env}")
-    # `bazel run` starts us in the runfiles tree, where data paths are relative.
-    p = os.path.abspath(value)
+    # `bazel run` starts us in the runfiles tree, where data paths are relative
+    # links; the loader opens files themselves, never through a symbolic link.
+    p = os.path.realpath(value)
     if not os.path.exists(p):
         sys.exit(f"bench: error: {what} not found: {value}")
     return p

@@ -81,7 +81,8 @@ def _required_env(name: str) -> str:
 
 @pytest.fixture(scope="session")
 def ops_library() -> str:
-    return _required_env("MY_OPS_LIBRARY")
+    # The file itself, not its runfiles link: the loader opens nothing through a symbolic link.
+    return os.path.realpath(_required_env("MY_OPS_LIBRARY"))
 
 
 @pytest.fixture(scope="session")
@@ -146,7 +147,9 @@ def default_package() -> Path:
     model = [absolute_from_env(v) for v in value.split() if v.endswith("model.pt2")]
     if len(model) != 1 or not os.path.isfile(model[0]):
         pytest.fail(f"MY_OPS_DEFAULT_PACKAGE={value} names no model.pt2")
-    return Path(model[0]).parent
+    # The folder Bazel wrote (the files' real paths, all outputs of one rule), not the
+    # runfiles links to it: the loader opens nothing through a symbolic link.
+    return Path(os.path.realpath(model[0])).parent
 
 
 @pytest.fixture(scope="session")

@@ -279,7 +279,8 @@ def test_loader_errors(loader_bin, ops_library, exported: Path, tmp_path: Path, 
         argv = args(ops=["--ops", str(garbage)])
     elif case in ("ops_without_my_ops", "ops_not_in_manifest"):
         # A real shared library that registers nothing the package needs.
-        libc10 = Path(torch.__file__).parent / "lib" / "libc10.so"
+        # Its real path: the loader opens nothing through a symbolic link.
+        libc10 = Path(os.path.realpath(Path(torch.__file__).parent / "lib" / "libc10.so"))
         argv = args(ops=["--ops", str(libc10)])
     elif case == "missing_input":
         argv = args(inp=tmp_path / "nope.pt")

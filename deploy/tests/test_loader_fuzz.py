@@ -378,4 +378,9 @@ def test_manifest_regressions(loader_bin, ops_library, package, work, edit: str)
     base = (package.parent / "manifest.json").read_bytes()
     fuzzed = _MANIFEST_EDITS[edit](base)
     assert fuzzed != base
-    _check_manifest_run(loader_bin, ops_library, package, work, fuzzed)
+    # Each edit makes text that is not one unambiguous JSON manifest (a duplicate member is read
+    # differently by different readers): every one must be refused, none accepted.
+    rc, stderr, out, paths = _run(loader_bin, ops_library, package, work, manifest=fuzzed)
+    line = _check(rc, stderr, out, INTEGRITY)
+    assert rc == LOADER_EXIT["integrity"], (rc, stderr)
+    assert str(paths["manifest"]) in line and "malformed" in line, line

@@ -17,7 +17,7 @@ apply). One run does everything and keeps going after a failure:
           test_properties.py is skipped and the summary says so.
   export  deploy/export.py --device cuda, then torch._inductor.aoti_load_package
           on sample_input.pt compared with expected_output.pt.
-  loader  deploy/loader.cpp (built against this torch) runs the package with
+  loader  deploy/loader/*.cpp (built against this torch) runs the package with
           --expect expected_output.pt; its output is compared again in Python.
   bench   ops/bench.py on 256 MiB tensors; bandwidth relative to
           torch.clone (a device-to-device copy) timed in the same run. Targets
@@ -61,6 +61,8 @@ from typing import NoReturn, TypeVar
 ROOT = Path(os.path.abspath(__file__)).parents[2]
 SOURCES_FILE = "ops/my_ops_sources.txt"
 STEPS = ("build", "tests", "export", "loader", "bench")
+# Batch sizes the loader step runs the exported package at, twice each in one process.
+LOADER_BATCHES = (1, 3)
 SKIPPABLE = ("tests", "export", "loader", "bench")
 LOG_FILES = {
     "build": "build.log",
@@ -695,7 +697,9 @@ def loader_command(tc: Toolchain, binary: Path, cuda: bool) -> list[str]:
         *json_include,
         "-O2",
         "-pthread",
-        str(ROOT / "deploy/loader.cpp"),
+        # The loader's units include each other as "deploy/loader/x.h".
+        f"-I{ROOT}",
+        *sorted(str(p) for p in (ROOT / "deploy/loader").glob("*.cpp")),
         *sodium_lib,
         "-o",
         str(binary),
@@ -833,7 +837,7 @@ def step_build(run: Run, step: Step, work: Path, log_path: Path) -> dict:
     # Queued last: the library is needed first, and the loader only after
     # the tests and the export, so it finishes in their shadow.
     loader_bin = work / "loader"
-    loader_label = "deploy/loader.cpp (loader binary)"
+    loader_label = "deploy/loader/*.cpp (loader binary)"
     if "loader" not in args.skip and "export" not in args.skip:
         jobs.append((loader_label, loader_command(tc, loader_bin, cuda)))
 
@@ -994,6 +998,11 @@ def as_tuple(x):
     return tuple(x) if isinstance(x, (tuple, list)) else (x,)
 
 mode = sys.argv[1]
+if mode == "repeat":
+    # A batch of N copies of every tensor in a file: the default model treats batch rows alike.
+    n, source, dest = int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    torch.save(tuple(torch.cat([t] * n) for t in as_tuple(torch.load(source))), dest)
+    sys.exit(0)
 if mode == "aoti":
     package, inputs, expected, device = sys.argv[2:6]
     model = torch._inductor.aoti_load_package(package)
@@ -1102,42 +1111,54 @@ def step_loader(
             step.detail += ", or MY_OPS_NLOHMANN_JSON)"
         run.say(f"loader build failed (exit {rc}):\n{_tail(out)}")
         return
-    result = work / "loader_out.pt"
     env = _child_env(work, {"MY_OPS_LIBRARY": str(lib)})
     dirs = [str(d) for d in nvidia_lib_dirs()]
     if env.get("LD_LIBRARY_PATH"):
         dirs.append(env["LD_LIBRARY_PATH"])
     if dirs:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(dirs)
-    # The loader reads no env for libraries; pass the op library explicitly.
-    cmd = [
-        str(build["binary"]),
-        "--ops",
-        str(lib),
-        "--package",
-        str(export_dir / "model.pt2"),
-        "--input",
-        str(export_dir / "sample_input.pt"),
-        "--output",
-        str(result),
-        "--expect",
-        str(export_dir / "expected_output.pt"),
-        "--atol",
-        str(PARITY_ATOL),
-        "--rtol",
-        str(PARITY_RTOL),
-    ]
-    rc, out = run.run(cmd, log_path, env)
-    step.facts["loader_exit"] = rc
-    if rc != 0:
-        step.status = "fail"
-        step.facts["parity"] = "fail"
-        step.detail = f"loader exit {rc}"
-        run.say(f"loader failed (exit {rc}, see loader --help):\n{_tail(out)}")
-        return
-    expected = export_dir / "expected_output.pt"
-    cmd = [sys.executable, str(_parity_script(work)), "files", str(result), str(expected)]
-    _run_parity(run, step, cmd, log_path, env, "loader output differs")
+    # Two runs in one process at each of two batch sizes: a CUDA package loads
+    # its kernels on first use, and a second shape takes other kernel paths.
+    for batch in LOADER_BATCHES:
+        inputs = export_dir / "sample_input.pt"
+        expected = export_dir / "expected_output.pt"
+        if batch != 1:
+            for source, dest in ((inputs, work / f"input_b{batch}.pt"),
+                                 (expected, work / f"expected_b{batch}.pt")):  # fmt: skip
+                cmd = [sys.executable, str(_parity_script(work)), "repeat", str(batch),
+                       str(source), str(dest)]  # fmt: skip
+                rc, out = run.run(cmd, log_path, env)
+                if rc != 0:
+                    step.status = "fail"
+                    step.detail = f"cannot make the batch-{batch} input"
+                    run.say(f"{step.detail} (exit {rc}):\n{_tail(out)}")
+                    return
+            inputs, expected = work / f"input_b{batch}.pt", work / f"expected_b{batch}.pt"
+        result = work / f"loader_out_b{batch}.pt"
+        # The loader reads no env for libraries; pass the op library explicitly.
+        cmd = [
+            str(build["binary"]),
+            "--ops", str(lib),
+            "--package", str(export_dir / "model.pt2"),
+            "--input", str(inputs),
+            "--output", str(result),
+            "--expect", str(expected),
+            "--atol", str(PARITY_ATOL),
+            "--rtol", str(PARITY_RTOL),
+            "--runs", "2",
+        ]  # fmt: skip
+        rc, out = run.run(cmd, log_path, env)
+        step.facts[f"loader_exit_b{batch}"] = rc
+        if rc != 0:
+            step.status = "fail"
+            step.facts["parity"] = "fail"
+            step.detail = f"loader exit {rc} at batch {batch}"
+            run.say(f"loader failed at batch {batch} (exit {rc}, see loader --help):\n{_tail(out)}")
+            return
+        cmd = [sys.executable, str(_parity_script(work)), "files", str(result), str(expected)]
+        _run_parity(run, step, cmd, log_path, env, f"loader output differs at batch {batch}")
+        if step.status != "ok":
+            return
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,213 @@
+#include "deploy/loader/cli.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include "deploy/loader/failure.h"
+#include "deploy/loader/file_io.h"
+#include "deploy/loader/input_signature.h"
+
+namespace my_ops::loader {
+
+const char* const kHelp =
+    R"(usage: loader [--ops LIB.so]... --package MODEL.pt2 --input IN.pt --output OUT.pt
+              [--manifest MANIFEST.json] [--public-key KEY] [--no-verify]
+              [--expect EXPECTED.pt [--atol A] [--rtol R] [--exact]]
+              [--bench N | --runs N] [--threads T] [--runners R]
+              [--max-unpacked-mib M] [--max-input-mib M]
+
+Runs an AOTInductor package (made by deploy/export.py) on inputs from a
+torch.save file and writes the outputs with torch.save. No Python needed.
+
+Every file is opened once, without following a symbolic link, and must be a
+regular file. The package and the op libraries are copied into a private
+temporary folder while they are hashed, and those copies are what loads, so a
+file changed after the check has no effect. Relative paths are relative to
+the current folder (under `bazel run`, to the folder it was started from).
+
+  --ops LIB.so      custom-op library to load before the package; repeatable.
+                    Always a path (a bare name means ./NAME). Default:
+                    libmy_ops.so beside the loader, else in its Bazel runfiles.
+  --package FILE    AOTInductor package (.pt2).
+  --input FILE      torch.save file holding a tensor or a tuple/list of tensors.
+  --output FILE     written with torch.save as a tuple of tensors; created
+                    atomically (a new temporary file beside it, then rename),
+                    never left partial.
+  --manifest FILE   the package's manifest (default: manifest.json beside the
+                    package). Before anything is loaded, the package and every
+                    op library must match its sha256 sums, its torch version
+                    must be this loader's, and this CPU must have the
+                    instruction set it records; exit 10 otherwise.
+  --public-key KEY  also require a valid Ed25519 signature of the manifest:
+                    manifest.sig beside it (the manifest's name, .json -> .sig).
+                    KEY: a PEM public key (export --generate-key writes one)
+                    or the raw 32 bytes.
+  --no-verify       skip the manifest check (prints a warning): runs code
+                    that nobody vouched for.
+  --expect FILE     compare outputs with this torch.save file (allclose);
+                    exit 9 when they differ.
+  --atol A, --rtol R  tolerances for --expect (default 1e-4, 1e-4).
+  --exact           --expect must match bit for bit instead.
+  --bench N         after a warm-up, time N runs per thread; print p50 and p99.
+  --runs N          N runs in all, shared by the threads; print the wall time.
+  --threads T       run from T threads at once (default 1, at most 256); every
+                    run's outputs must be bit-identical to the first run's.
+  --runners R       model runners in the package loader (default: T, at most
+                    256), i.e. how many runs may execute concurrently.
+  --max-unpacked-mib M  refuse a package whose entries unpack to more than M
+                    MiB in all (default 32768): a zip bomb stops here.
+  --max-input-mib M refuse an input or --expect file over M MiB (default 1024).
+  -h, --help        show this help.
+
+Exit status (one line on stderr for every error):
+  0  success
+  1  any other error (including a failure inside the model)
+  2  bad command line
+  3  op library missing, unreadable, a symbolic link, or cannot be loaded
+  4  package file missing, unreadable or a symbolic link
+  5  package corrupt or not an AOTInductor package (not a zip, truncated,
+     unsafe entry names, too large unpacked, no model inside, cannot be loaded)
+  6  input (or --expect) file missing, unreadable, not a regular file, too
+     large, or not tensors
+  7  wrong number of inputs, or an input with the wrong dtype/rank/shape
+  8  output file cannot be written
+  9  outputs differ from --expect
+  10  package integrity: manifest missing, malformed or badly signed, or the
+      package, an op library, the torch version or the CPU does not match it
+ 128+N  stopped by signal N (130 for Ctrl-C, 143 for SIGTERM); temporary
+      files are removed first
+)";
+
+namespace {
+
+long parse_count(const std::string& flag, const std::string& v, long min, long max) {
+  int64_t n = 0;
+  if (!parse_int(v, n) || n < min || n > max) {
+    fail(kUsage, flag + " needs an integer >= " + std::to_string(min) +
+                     " and <= " + std::to_string(max) + ", got '" + v + "'");
+  }
+  return static_cast<long>(n);
+}
+
+double parse_tolerance(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(d >= 0) || !std::isfinite(d)) {
+    fail(kUsage, flag + " needs a number >= 0, got '" + v + "'");
+  }
+  return d;
+}
+
+bool is_file(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+}  // namespace
+
+Options parse_args(int argc, const char* const* argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-h" || a == "--help") {
+      o.help = true;
+      return o;
+    }
+    std::string value;
+    auto eq = a.find('=');
+    const bool inline_value = a.rfind("--", 0) == 0 && eq != std::string::npos;
+    if (inline_value) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    }
+    auto next = [&]() -> std::string {
+      if (inline_value) return value;
+      if (i + 1 >= argc) fail(kUsage, a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--ops") {
+      o.ops.push_back(next());
+    } else if (a == "--package") {
+      o.package = next();
+    } else if (a == "--input") {
+      o.input = next();
+    } else if (a == "--output") {
+      o.output = next();
+    } else if (a == "--expect") {
+      o.expect = next();
+    } else if (a == "--manifest") {
+      o.manifest = next();
+    } else if (a == "--public-key") {
+      o.public_key = next();
+    } else if (a == "--no-verify" && !inline_value) {
+      o.verify = false;
+    } else if (a == "--exact" && !inline_value) {
+      o.exact = true;
+    } else if (a == "--atol") {
+      o.atol = parse_tolerance(a, next());
+    } else if (a == "--rtol") {
+      o.rtol = parse_tolerance(a, next());
+    } else if (a == "--bench") {
+      o.bench = parse_count(a, next(), 1, kMaxRuns);
+    } else if (a == "--runs") {
+      o.runs = parse_count(a, next(), 1, kMaxRuns);
+    } else if (a == "--threads") {
+      o.threads = parse_count(a, next(), 1, kMaxThreads);
+    } else if (a == "--runners") {
+      o.runners = parse_count(a, next(), 1, kMaxRunners);
+    } else if (a == "--max-unpacked-mib") {
+      o.max_unpacked_mib = static_cast<uint64_t>(parse_count(a, next(), 1, 1L << 30));
+    } else if (a == "--max-input-mib") {
+      o.max_input_mib = static_cast<uint64_t>(parse_count(a, next(), 1, 1L << 30));
+    } else {
+      fail(kUsage, "unknown argument '" + a + "' (see --help)");
+    }
+  }
+  if (o.package.empty()) fail(kUsage, "--package is required (see --help)");
+  if (o.input.empty()) fail(kUsage, "--input is required (see --help)");
+  if (o.output.empty()) fail(kUsage, "--output is required (see --help)");
+  if (o.runners == 0) o.runners = o.threads;
+  if (o.bench > 0 && o.runs > 0) fail(kUsage, "--bench and --runs exclude each other");
+  if (o.exact && o.expect.empty()) fail(kUsage, "--exact needs --expect");
+  if (!o.verify && (!o.manifest.empty() || !o.public_key.empty())) {
+    fail(kUsage, "--no-verify contradicts --manifest and --public-key");
+  }
+  return o;
+}
+
+void resolve_paths(Options& o, const std::string& base) {
+  auto resolve = [&](std::string& p) {
+    if (p.empty() || p.front() == '/') return;
+    if (!base.empty()) p = base + "/" + p;
+  };
+  for (auto& lib : o.ops) {
+    // dlopen treats a name without '/' as a library to search for, not a file.
+    if (lib.find('/') == std::string::npos) lib = "./" + lib;
+    resolve(lib);
+  }
+  for (std::string* p : {&o.package, &o.input, &o.output, &o.expect, &o.manifest, &o.public_key}) {
+    resolve(*p);
+  }
+}
+
+std::string default_op_library(const std::string& exe_path, const std::string& runfiles_dir) {
+  const std::string beside = dir_name(exe_path) + "/libmy_ops.so";
+  if (is_file(beside)) return beside;
+  std::vector<std::string> runfiles;
+  if (!runfiles_dir.empty()) runfiles.push_back(runfiles_dir + "/_main/ops/libmy_ops.so");
+  runfiles.push_back(exe_path + ".runfiles/_main/ops/libmy_ops.so");
+  for (const auto& r : runfiles) {
+    // Runfiles are symbolic links into Bazel's output tree; the file itself is then opened once,
+    // without following links, like any other.
+    char* real = ::realpath(r.c_str(), nullptr);
+    if (real == nullptr) continue;
+    std::string path(real);
+    std::free(real);
+    if (is_file(path)) return path;
+  }
+  return beside;
+}
+
+}  // namespace my_ops::loader

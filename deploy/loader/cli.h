@@ -1,0 +1,52 @@
+#pragma once
+
+// The loader's command line: options, their limits, and what paths mean.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace my_ops::loader {
+
+// Threads and runners beyond these cost memory and time for nothing on any machine this runs
+// on, and a typo such as 100000 would otherwise end in an abort when thread creation fails.
+constexpr long kMaxThreads = 256;
+constexpr long kMaxRunners = 256;
+constexpr long kMaxRuns = 1000000;
+
+struct Options {
+  std::vector<std::string> ops;
+  std::string package;
+  std::string input;
+  std::string output;
+  std::string expect;
+  std::string manifest;
+  std::string public_key;
+  bool verify = true;
+  bool exact = false;
+  double atol = 1e-4;
+  double rtol = 1e-4;
+  long bench = 0;
+  long runs = 0;
+  long threads = 1;
+  long runners = 0;  // 0: as many as threads
+  uint64_t max_unpacked_mib = 32768;
+  uint64_t max_input_mib = 1024;
+  bool help = false;
+};
+
+extern const char* const kHelp;
+
+// Fails with kUsage, one line naming the flag.
+Options parse_args(int argc, const char* const* argv);
+
+// Makes relative paths in `o` relative to `base` ($BUILD_WORKING_DIRECTORY under `bazel run`,
+// which starts the binary inside its runfiles tree); with an empty base, leaves them alone.
+// A bare `--ops libfoo.so` becomes "./libfoo.so": a file, never a library search.
+void resolve_paths(Options& o, const std::string& base);
+
+// libmy_ops.so beside the executable (the bundle's layout), else in its Bazel runfiles
+// (`bazel run //deploy:loader`); the first that exists, or the bundle path for the error.
+std::string default_op_library(const std::string& exe_path, const std::string& runfiles_dir);
+
+}  // namespace my_ops::loader

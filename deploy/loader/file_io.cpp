@@ -1,0 +1,183 @@
+#include "deploy/loader/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "deploy/loader/failure.h"
+
+namespace my_ops::loader {
+
+UniqueFd& UniqueFd::operator=(UniqueFd&& other) noexcept {
+  if (this != &other) reset(other.release());
+  return *this;
+}
+
+int UniqueFd::release() {
+  int fd = fd_;
+  fd_ = -1;
+  return fd;
+}
+
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+UniqueFd open_regular_file(const std::string& path, const FileRole& role, bool* missing) {
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
+  if (!fd) {
+    const int err = errno;
+    if (missing != nullptr && err == ENOENT) {
+      *missing = true;
+      return fd;
+    }
+    if (err == ELOOP) {
+      fail(role.missing_code,
+           std::string(role.what) + " " + path + " is a symbolic link; pass the file it points to");
+    }
+    fail(role.missing_code,
+         std::string("cannot open ") + role.what + " " + path + ": " + std::strerror(err));
+  }
+  struct stat st{};
+  if (::fstat(fd.get(), &st) != 0) {
+    fail(role.missing_code,
+         std::string("cannot read ") + role.what + " " + path + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    fail(role.invalid_code, std::string(role.what) + " " + path + " is not a regular file");
+  }
+  int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+  return fd;
+}
+
+int read_chunks(int fd, const std::function<void(const unsigned char*, size_t)>& sink) {
+  std::vector<unsigned char> buf(1 << 20);
+  while (true) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return errno;
+    if (n == 0) return 0;
+    sink(buf.data(), static_cast<size_t>(n));
+  }
+}
+
+std::string read_all(int fd, const std::string& path, const FileRole& role, uint64_t cap,
+                     std::string_view cap_flag) {
+  std::string data;
+  bool too_large = false;
+  // Stops at the first chunk past the cap: an endless file costs one chunk, not memory.
+  struct TooLarge {};
+  int err = 0;
+  try {
+    err = read_chunks(fd, [&](const unsigned char* p, size_t n) {
+      if (data.size() + n > cap) {
+        too_large = true;
+        throw TooLarge{};
+      }
+      data.append(reinterpret_cast<const char*>(p), n);
+    });
+  } catch (const TooLarge&) {
+  }
+  if (too_large) {
+    std::string raise = cap_flag.empty() ? "" : " (raise it with " + std::string(cap_flag) + ")";
+    fail(role.invalid_code, std::string(role.what) + " " + path + " is larger than " +
+                                std::to_string(cap) + " bytes" + raise);
+  }
+  if (err != 0) {
+    fail(role.missing_code,
+         std::string("cannot read ") + role.what + " " + path + ": " + std::strerror(err));
+  }
+  return data;
+}
+
+bool read_at(int fd, uint64_t offset, void* buf, size_t n) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t got = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+  return true;
+}
+
+int write_all(int fd, const void* data, size_t n) {
+  const auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t done = ::write(fd, p, n);
+    if (done < 0 && errno == EINTR) continue;
+    if (done < 0) return errno;
+    if (done == 0) return EIO;
+    p += done;
+    n -= static_cast<size_t>(done);
+  }
+  return 0;
+}
+
+UniqueFd create_exclusive(const std::string& path, int mode) {
+  return UniqueFd(::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode));
+}
+
+std::string dir_name(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string base_name(const std::string& path) {
+  auto slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+namespace {
+
+// The permissions a plain open(O_CREAT, 0666) would give: mkstemp always makes 0600.
+mode_t default_file_mode() {
+  static const mode_t mode = [] {
+    mode_t mask = ::umask(022);
+    ::umask(mask);
+    return 0666 & ~mask;
+  }();
+  return mode;
+}
+
+}  // namespace
+
+void write_file_atomically(const std::string& path, std::string_view data,
+                           const std::function<void(const std::string*)>& on_temp) {
+  const mode_t mode = default_file_mode();
+  const std::string dir = dir_name(path);
+  std::string tmpl = dir + "/." + base_name(path) + ".XXXXXX";
+  std::vector<char> name(tmpl.begin(), tmpl.end());
+  name.push_back('\0');
+  auto unwritable = [&](int err) {
+    fail(kOutputUnwritable, "cannot write output " + path + ": " + std::strerror(err));
+  };
+  UniqueFd fd(::mkostemp(name.data(), O_CLOEXEC));
+  if (!fd) unwritable(errno);
+  const std::string tmp(name.data());
+  if (on_temp) on_temp(&tmp);
+  auto give_up = [&](int err) {
+    ::unlink(tmp.c_str());
+    if (on_temp) on_temp(nullptr);
+    unwritable(err);
+  };
+  if (int err = write_all(fd.get(), data.data(), data.size()); err != 0) give_up(err);
+  if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0) give_up(errno);
+  if (::close(fd.release()) != 0) give_up(errno);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) give_up(errno);
+  if (on_temp) on_temp(nullptr);
+  // The rename is durable once the folder's entry is on disk too.
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd) ::fsync(dir_fd.get());
+}
+
+}  // namespace my_ops::loader

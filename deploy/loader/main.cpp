@@ -1,0 +1,143 @@
+// Standalone runtime for AOTInductor packages that use the my_ops library.
+//
+// Links only against LibTorch (no libpython), so it runs on edge hosts that have the LibTorch
+// shared libraries but no Python. `loader --help` gives the command line and the exit codes.
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "deploy/loader/cli.h"
+#include "deploy/loader/failure.h"
+#include "deploy/loader/private_dir.h"
+#include "deploy/loader/runner.h"
+#include "deploy/loader/tensor_io.h"
+#include "deploy/loader/verified_copy.h"
+#include "deploy/loader/verify.h"
+
+namespace my_ops::loader {
+namespace {
+
+constexpr FileRole kPackageRole{"package", kPackageMissing, kPackageCorrupt};
+constexpr FileRole kOpLibraryRole{"op library", kOpsLibrary, kOpsLibrary};
+
+std::string exe_path() {
+  std::vector<char> buf(4096);
+  ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  return n > 0 ? std::string(buf.data(), static_cast<size_t>(n)) : std::string("./loader");
+}
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+int run(int argc, char** argv) {
+  Options opt = parse_args(argc, argv);
+  if (opt.help) {
+    std::cout << kHelp;
+    return kOk;
+  }
+  resolve_paths(opt, env_or_empty("BUILD_WORKING_DIRECTORY"));
+  if (opt.ops.empty()) {
+    opt.ops.push_back(default_op_library(exe_path(), env_or_empty("RUNFILES_DIR")));
+  }
+  PrivateDir& dir = PrivateDir::create();
+
+  // Each file is opened once, hashed while it is copied into the private folder, and only the
+  // copies are used from here on. Cheap checks come first, so mistakes cost no model load, and
+  // everything is verified before any of its code can run.
+  VerifiedCopy package = copy_and_hash(opt.package, dir.path() + "/model.pt2", kPackageRole);
+  check_package(package, opt.max_unpacked_mib);
+  std::vector<VerifiedCopy> libraries;
+  for (size_t i = 0; i < opt.ops.size(); ++i) {
+    libraries.push_back(copy_and_hash(
+        opt.ops[i], dir.path() + "/op_library_" + std::to_string(i) + ".so", kOpLibraryRole));
+  }
+  const std::string device = verify_manifest(opt, package, libraries);
+  const uint64_t max_input = opt.max_input_mib << 20;
+  std::vector<at::Tensor> inputs = load_tensors(opt.input, "input file", max_input);
+  std::vector<at::Tensor> expected;
+  if (!opt.expect.empty()) expected = load_tensors(opt.expect, "expected-output file", max_input);
+
+  if (device == "cuda") load_cuda_backend();
+  load_op_libraries(libraries);
+  // Enables the shape/dtype/stride checks compiled into every AOTI model; without them a bad
+  // input is undefined behaviour inside generated code.
+  ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);
+  auto loader = load_package(package, opt.runners);
+
+  auto metadata = loader->get_metadata();
+  // Before contiguous(): an input of absurd declared size (zero strides over a tiny storage) is
+  // rejected here instead of being materialised.
+  validate_inputs(inputs, metadata);
+  for (auto& t : inputs) t = t.contiguous();
+  // Input files hold CPU tensors; a CUDA package needs them on its device.
+  if (auto it = metadata.find("AOTI_DEVICE_KEY"); it != metadata.end() && it->second != "cpu") {
+    try {
+      c10::Device target(it->second);
+      for (auto& t : inputs) t = t.to(target);
+    } catch (const std::exception& e) {
+      fail(kOther,
+           "cannot move inputs to the package's device " + it->second + ": " + error_text(e));
+    }
+  }
+
+  std::vector<at::Tensor> outputs;
+  if (opt.bench > 0) {
+    // Warm-up: first runs pay for lazy initialisation (thread pools, caches, CUDA kernels).
+    run_concurrently(*loader, inputs, opt.threads, 3 * opt.threads, nullptr);
+    std::vector<double> latencies;
+    outputs = run_concurrently(*loader, inputs, opt.threads, opt.bench * opt.threads, &latencies);
+    std::printf("runs %zu threads %ld runners %ld p50 %.3f ms p99 %.3f ms\n", latencies.size(),
+                opt.threads, opt.runners, percentile(latencies, 50), percentile(latencies, 99));
+  } else if (opt.runs > 0) {
+    auto t0 = std::chrono::steady_clock::now();
+    outputs = run_concurrently(*loader, inputs, opt.threads, opt.runs - 1, nullptr);
+    auto t1 = std::chrono::steady_clock::now();
+    std::printf("runs %ld threads %ld runners %ld wall %.3f ms\n", opt.runs, opt.threads,
+                opt.runners, std::chrono::duration<double, std::milli>(t1 - t0).count());
+  } else {
+    // Without --bench or --runs, one run per thread still exercises concurrency.
+    outputs =
+        run_concurrently(*loader, inputs, opt.threads, opt.threads > 1 ? opt.threads : 0, nullptr);
+  }
+  for (auto& t : outputs) t = t.cpu();
+  save_tensors(opt.output, outputs);
+  if (!opt.expect.empty()) {
+    compare_expected(outputs, expected, opt.expect, opt.atol, opt.rtol, opt.exact);
+    std::printf("outputs match %s%s\n", opt.expect.c_str(), opt.exact ? " bit for bit" : "");
+  }
+  return kOk;
+}
+
+}  // namespace
+}  // namespace my_ops::loader
+
+int main(int argc, char** argv) {
+  using namespace my_ops::loader;
+  // Before any thread exists, so that every thread inherits the mask and only the cleanup
+  // thread ever sees these signals.
+  PrivateDir::block_signals();
+  int code = kOther;
+  try {
+    code = run(argc, argv);
+  } catch (const Failure& f) {
+    std::cerr << "loader: error: " << f.message << "\n";
+    code = f.code;
+  } catch (const std::exception& e) {
+    std::cerr << "loader: error: " << error_text(e) << "\n";
+    code = kOther;
+  } catch (...) {
+    std::cerr << "loader: error: unknown exception\n";
+    code = kOther;
+  }
+  std::cout.flush();
+  PrivateDir::remove_all();
+  return code;
+}

@@ -1,0 +1,250 @@
+#include "deploy/loader/manifest.h"
+
+#include <sodium.h>
+
+#include <algorithm>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+
+namespace my_ops::loader {
+namespace {
+
+using Json = nlohmann::json;
+
+// Parses exactly one JSON value, stricter than nlohmann alone.
+Json parse_json(std::string_view text) {
+  // nlohmann takes a NUL as the end of the input, which would accept any bytes after one; JSON
+  // text can hold none.
+  if (auto nul = text.find('\0'); nul != std::string_view::npos) {
+    throw ManifestError("NUL byte at byte " + std::to_string(nul));
+  }
+  int values = 0;
+  // Member names of each open object. nlohmann keeps the last of duplicate members, other
+  // readers the first: such a manifest says two things.
+  std::vector<std::set<std::string>> names;
+  auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    using Event = Json::parse_event_t;
+    if (event == Event::object_start || event == Event::array_start || event == Event::value) {
+      if (depth > kMaxJsonDepth) throw ManifestError("nested too deeply");
+      if (++values > kMaxJsonValues) {
+        throw ManifestError("more than " + std::to_string(kMaxJsonValues) + " values");
+      }
+    }
+    if (event == Event::object_start) names.emplace_back();
+    if (event == Event::object_end) names.pop_back();
+    if (event == Event::key) {
+      const auto& name = parsed.get_ref<const std::string&>();
+      if (!names.back().insert(name).second) {
+        throw ManifestError("duplicate member " + single_quoted(name));
+      }
+    }
+    return true;
+  };
+  try {
+    return Json::parse(text.begin(), text.end(), check);
+  } catch (const Json::exception& e) {
+    // Drops the "[json.exception.parse_error.101] " prefix. The rest quotes the offending token,
+    // which can be long and is not always printable.
+    std::string_view what = e.what();
+    auto bracket = what.find("] ");
+    if (bracket != std::string_view::npos) what.remove_prefix(bracket + 2);
+    throw ManifestError(printable(what, 200));
+  }
+}
+
+bool is_sha256_hex(const std::string& s) {
+  return s.size() == 2 * crypto_hash_sha256_BYTES && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+std::string string_member(const Json& obj, const char* key, const std::string& ctx) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_string()) {
+    throw ManifestError(ctx + "'" + key + "' must be a string");
+  }
+  return it->get<std::string>();
+}
+
+FileDigest digest_member(const Json& obj, const std::string& ctx) {
+  if (!obj.is_object()) throw ManifestError(ctx + "must be an object");
+  FileDigest d{string_member(obj, "file", ctx), string_member(obj, "sha256", ctx)};
+  if (!is_sha256_hex(d.sha256)) {
+    throw ManifestError(ctx + "'sha256' must be 64 lowercase hex digits");
+  }
+  return d;
+}
+
+std::vector<std::string> string_array(const Json& root, const char* key) {
+  auto it = root.find(key);
+  if (it == root.end() || !it->is_array()) {
+    throw ManifestError(std::string("'") + key + "' must be an array");
+  }
+  std::vector<std::string> out;
+  for (const auto& v : *it) {
+    if (!v.is_string()) throw ManifestError(std::string("'") + key + "' must hold strings");
+    out.push_back(v.get<std::string>());
+  }
+  return out;
+}
+
+// The instruction sets a manifest may name; each is checked on this CPU.
+struct CpuFeature {
+  const char* name;
+  bool (*supported)();
+};
+
+#define MY_OPS_CPU_FEATURE(n) {n, [] { return __builtin_cpu_supports(n) != 0; }}
+const CpuFeature kCpuFeatures[] = {
+    MY_OPS_CPU_FEATURE("x86-64-v2"),
+    MY_OPS_CPU_FEATURE("x86-64-v3"),
+    MY_OPS_CPU_FEATURE("x86-64-v4"),
+    MY_OPS_CPU_FEATURE("sse3"),
+    MY_OPS_CPU_FEATURE("ssse3"),
+    MY_OPS_CPU_FEATURE("sse4.1"),
+    MY_OPS_CPU_FEATURE("sse4.2"),
+    MY_OPS_CPU_FEATURE("popcnt"),
+    MY_OPS_CPU_FEATURE("avx"),
+    MY_OPS_CPU_FEATURE("avx2"),
+    MY_OPS_CPU_FEATURE("fma"),
+    MY_OPS_CPU_FEATURE("f16c"),
+    MY_OPS_CPU_FEATURE("bmi"),
+    MY_OPS_CPU_FEATURE("bmi2"),
+    MY_OPS_CPU_FEATURE("lzcnt"),
+    MY_OPS_CPU_FEATURE("movbe"),
+    MY_OPS_CPU_FEATURE("avx512f"),
+    MY_OPS_CPU_FEATURE("avx512bw"),
+    MY_OPS_CPU_FEATURE("avx512cd"),
+    MY_OPS_CPU_FEATURE("avx512dq"),
+    MY_OPS_CPU_FEATURE("avx512vl"),
+    MY_OPS_CPU_FEATURE("avx512vnni"),
+    MY_OPS_CPU_FEATURE("avx512bf16"),
+    MY_OPS_CPU_FEATURE("avx512fp16"),
+    MY_OPS_CPU_FEATURE("avx512ifma"),
+    MY_OPS_CPU_FEATURE("avx512vbmi"),
+    MY_OPS_CPU_FEATURE("avx512vbmi2"),
+    MY_OPS_CPU_FEATURE("avx512bitalg"),
+    MY_OPS_CPU_FEATURE("avx512vpopcntdq"),
+    MY_OPS_CPU_FEATURE("avxvnni"),
+    MY_OPS_CPU_FEATURE("gfni"),
+    MY_OPS_CPU_FEATURE("vaes"),
+    MY_OPS_CPU_FEATURE("vpclmulqdq"),
+    MY_OPS_CPU_FEATURE("amx-tile"),
+    MY_OPS_CPU_FEATURE("amx-int8"),
+    MY_OPS_CPU_FEATURE("amx-bf16"),
+};
+#undef MY_OPS_CPU_FEATURE
+
+// nullopt: this loader cannot check `name`.
+std::optional<bool> cpu_supports(const std::string& name) {
+  for (const auto& f : kCpuFeatures) {
+    if (name == f.name) return f.supported();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string printable(std::string_view s, size_t max) {
+  std::string out;
+  for (char c : s.substr(0, max)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  return s.size() > max ? out + "..." : out;
+}
+
+std::string single_quoted(std::string_view s) { return "'" + printable(s, 64) + "'"; }
+
+std::string to_hex(const unsigned char* data, size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(kDigits[data[i] >> 4]);
+    out.push_back(kDigits[data[i] & 15]);
+  }
+  return out;
+}
+
+Manifest parse_manifest(std::string_view text) {
+  const Json root = parse_json(text);
+  if (!root.is_object()) throw ManifestError("not a JSON object");
+  Manifest m;
+  m.format = string_member(root, "format", "");
+  if (m.format != kManifestFormat) {
+    throw ManifestError("format " + single_quoted(m.format) + ", this loader reads '" +
+                        kManifestFormat + "'");
+  }
+  auto package = root.find("package");
+  if (package == root.end()) throw ManifestError("'package' is missing");
+  m.package = digest_member(*package, "'package': ");
+  auto libs = root.find("op_libraries");
+  if (libs == root.end() || !libs->is_array()) {
+    throw ManifestError("'op_libraries' must be an array");
+  }
+  for (const auto& lib : *libs) m.op_libraries.push_back(digest_member(lib, "'op_libraries': "));
+  m.torch_version = string_member(root, "torch_version", "");
+  m.isa = string_member(root, "isa", "");
+  m.cpu_features = string_array(root, "cpu_features");
+  if (auto device = root.find("device"); device != root.end()) {
+    if (!device->is_string()) throw ManifestError("'device' must be a string");
+    m.device = device->get<std::string>();
+  }
+  return m;
+}
+
+std::vector<unsigned char> parse_public_key(std::string_view data) {
+  if (data.size() == crypto_sign_PUBLICKEYBYTES) return {data.begin(), data.end()};
+  const std::string_view begin = "-----BEGIN PUBLIC KEY-----";
+  const std::string_view end = "-----END PUBLIC KEY-----";
+  auto b = data.find(begin);
+  auto e = data.find(end);
+  const ManifestError bad("neither a PEM Ed25519 public key nor 32 raw bytes");
+  if (b == std::string_view::npos || e == std::string_view::npos || e < b) throw bad;
+  const std::string_view b64 = data.substr(b + begin.size(), e - b - begin.size());
+  // DER of an Ed25519 SubjectPublicKeyInfo: a fixed 12-byte prefix, then the key.
+  static const unsigned char kPrefix[] = {0x30, 0x2a, 0x30, 0x05, 0x06, 0x03,
+                                          0x2b, 0x65, 0x70, 0x03, 0x21, 0x00};
+  unsigned char der[64];
+  size_t der_len = 0;
+  if (sodium_base642bin(der, sizeof(der), b64.data(), b64.size(), " \t\r\n", &der_len, nullptr,
+                        sodium_base64_VARIANT_ORIGINAL) != 0 ||
+      der_len != sizeof(kPrefix) + crypto_sign_PUBLICKEYBYTES ||
+      std::memcmp(der, kPrefix, sizeof(kPrefix)) != 0) {
+    throw bad;
+  }
+  return {der + sizeof(kPrefix), der + der_len};
+}
+
+bool signature_valid(std::string_view message, std::string_view signature,
+                     const std::vector<unsigned char>& public_key) {
+  return public_key.size() == crypto_sign_PUBLICKEYBYTES && signature.size() == crypto_sign_BYTES &&
+         crypto_sign_verify_detached(reinterpret_cast<const unsigned char*>(signature.data()),
+                                     reinterpret_cast<const unsigned char*>(message.data()),
+                                     message.size(), public_key.data()) == 0;
+}
+
+std::string signature_path(const std::string& manifest_path) {
+  const std::string ext = ".json";
+  bool has_ext = manifest_path.size() > ext.size() &&
+                 manifest_path.compare(manifest_path.size() - ext.size(), ext.size(), ext) == 0;
+  return (has_ext ? manifest_path.substr(0, manifest_path.size() - ext.size()) : manifest_path) +
+         ".sig";
+}
+
+CpuCheck check_cpu(const Manifest& m) {
+  __builtin_cpu_init();
+  std::vector<std::string> needed = m.cpu_features;
+  if (m.isa != "native") needed.insert(needed.begin(), m.isa);
+  CpuCheck result;
+  for (const auto& feature : needed) {
+    auto ok = cpu_supports(feature);
+    if (!ok) {
+      result.unknown.push_back(feature);
+    } else if (!*ok) {
+      result.missing.push_back(feature);
+    }
+  }
+  return result;
+}
+
+}  // namespace my_ops::loader

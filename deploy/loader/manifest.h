@@ -1,0 +1,76 @@
+#pragma once
+
+// manifest.json, written by export.py beside model.pt2: what the package and its op libraries
+// must be (sha256), what they were built with (torch release) and for (CPU instruction set).
+// The loader checks all of it before it loads either. Parsing is strict: a manifest that two
+// JSON readers could read differently (duplicate members, a NUL, lone surrogates) is refused.
+
+#include <cstddef>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace my_ops::loader {
+
+// The format this loader reads; export.py writes the same string (MANIFEST_FORMAT).
+constexpr const char* kManifestFormat = "my_ops.manifest/1";
+// Manifests are a few hundred bytes; the cap keeps a hostile file from costing more than a read.
+constexpr size_t kMaxManifestBytes = 1 << 20;
+// A manifest is three levels and a few dozen values deep. Copying or printing a parsed value
+// recurses once per level: the caps keep a hostile manifest well clear of that.
+constexpr int kMaxJsonDepth = 16;
+constexpr int kMaxJsonValues = 4096;
+
+// A manifest (or key) that is malformed; what() is a short, printable reason.
+class ManifestError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct FileDigest {
+  std::string file;
+  std::string sha256;
+};
+
+struct Manifest {
+  std::string format;
+  FileDigest package;
+  std::vector<FileDigest> op_libraries;
+  std::string torch_version;
+  std::string isa;
+  std::vector<std::string> cpu_features;
+  std::string device;
+};
+
+// Throws ManifestError.
+Manifest parse_manifest(std::string_view text);
+
+// An Ed25519 public key: the raw 32 bytes, or PEM SubjectPublicKeyInfo (what `openssl pkey
+// -pubout` and export --generate-key write). Throws ManifestError.
+std::vector<unsigned char> parse_public_key(std::string_view data);
+
+// True when `signature` is a valid Ed25519 signature of `message` under `public_key`.
+bool signature_valid(std::string_view message, std::string_view signature,
+                     const std::vector<unsigned char>& public_key);
+
+// "manifest.json" -> "manifest.sig", as export.py names them.
+std::string signature_path(const std::string& manifest_path);
+
+// The CPU features the manifest asks for that this CPU lacks, and those this loader cannot
+// check, in the manifest's order. The -march level ("x86-64-v3") counts as a feature unless it
+// is "native".
+struct CpuCheck {
+  std::vector<std::string> missing;
+  std::vector<std::string> unknown;
+};
+CpuCheck check_cpu(const Manifest& m);
+
+// Keeps attacker-controlled text in an error line short and printable.
+std::string printable(std::string_view s, size_t max);
+std::string single_quoted(std::string_view s);
+
+std::string to_hex(const unsigned char* data, size_t n);
+
+}  // namespace my_ops::loader

@@ -1,0 +1,180 @@
+#include "deploy/loader/runner.h"
+
+#include <dlfcn.h>
+#include <sys/sysmacros.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "deploy/loader/failure.h"
+#include "deploy/loader/tensor_io.h"
+
+namespace my_ops::loader {
+
+namespace {
+
+// Whether the file with this device and inode is already mapped into the process, i.e. the
+// loader itself links it (libc10.so, say). Loading a copy would run its static initialisers a
+// second time, and LibTorch's registries end the process on a duplicate key.
+bool mapped_in_process(uint64_t device, uint64_t inode) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    // address perms offset major:minor inode [path]
+    std::istringstream fields(line);
+    std::string address, perms, offset, dev;
+    uint64_t ino = 0;
+    if (!(fields >> address >> perms >> offset >> dev >> ino) || ino != inode) continue;
+    unsigned major_id = 0, minor_id = 0;
+    if (std::sscanf(dev.c_str(), "%x:%x", &major_id, &minor_id) == 2 &&
+        makedev(major_id, minor_id) == device) {
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+void load_op_libraries(const std::vector<VerifiedCopy>& libraries) {
+  for (const auto& lib : libraries) {
+    if (mapped_in_process(lib.source_device, lib.source_inode)) continue;
+    // RTLD_LOCAL keeps the library's own symbols out of the global scope; the registry is what
+    // the package needs. The handle is never closed: registrations must outlive every run.
+    if (::dlopen(fd_path(lib).c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
+      const char* err = ::dlerror();
+      std::string why = err ? err : "?";
+      fail(kOpsLibrary,
+           "cannot load op library " + lib.source + ": " + why.substr(0, why.find('\n')));
+    }
+  }
+}
+
+void load_cuda_backend() {
+  // RTLD_GLOBAL: the model .so that AOTI loads later resolves CUDA symbols through it.
+  if (::dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* err = ::dlerror();
+    std::string why = err ? err : "?";
+    fail(kOther, "the package runs on CUDA, but LibTorch's CUDA backend cannot be loaded (" +
+                     why.substr(0, why.find('\n')) +
+                     "): put LibTorch's CUDA libraries on the library path");
+  }
+}
+
+std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const VerifiedCopy& package,
+                                                                      long runners) {
+  try {
+    return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+        package.copy, "model", /*run_single_threaded=*/false, static_cast<size_t>(runners),
+        /*device_index=*/-1);
+  } catch (const std::exception& e) {
+    const std::string msg = error_text(e);
+    const bool ops = msg.find("Couldn't resolve") != std::string::npos ||
+                     msg.find("Could not find schema") != std::string::npos ||
+                     msg.find("Unknown builtin op") != std::string::npos;
+    if (!ops) fail(kPackageCorrupt, "cannot load package " + package.source + ": " + msg);
+    // torch's "Couldn't resolve type" text puts the type name after the '?'.
+    auto q = msg.rfind('?');
+    std::string what = q != std::string::npos && q + 1 < msg.size() ? msg.substr(q + 1) : msg;
+    fail(kOpsLibrary, "the op libraries do not provide " + what + ", which the package needs");
+  }
+}
+
+namespace {
+
+std::vector<at::Tensor> run_once(torch::inductor::AOTIModelPackageLoader& loader,
+                                 const std::vector<at::Tensor>& inputs) {
+  try {
+    return loader.run(inputs);
+  } catch (const std::exception& e) {
+    const std::string msg = error_text(e);
+    // AOTI's runtime input checks (AOTI_RUNTIME_CHECK_INPUTS) report through the same exception
+    // type as kernel failures; their text is the only tell.
+    const bool input_check = msg.find("input_handles") != std::string::npos ||
+                             msg.find("unmatched") != std::string::npos;
+    fail(input_check ? kInputMismatch : kOther, "model run failed: " + msg);
+  }
+}
+
+bool identical(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!bit_identical(a[i], b[i])) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> run_concurrently(torch::inductor::AOTIModelPackageLoader& loader,
+                                         const std::vector<at::Tensor>& inputs, long threads,
+                                         long total, std::vector<double>* latencies) {
+  std::vector<at::Tensor> reference = run_once(loader, inputs);
+  std::vector<std::vector<double>> per_thread(threads);
+  std::vector<std::optional<Failure>> errors(threads);
+  std::atomic<bool> stop{false};
+  std::atomic<bool> mismatch{false};
+  auto worker = [&](long t) {
+    const long iters = total / threads + (t < total % threads ? 1 : 0);
+    try {
+      for (long i = 0; i < iters && !stop; ++i) {
+        auto t0 = std::chrono::steady_clock::now();
+        auto out = run_once(loader, inputs);
+        auto t1 = std::chrono::steady_clock::now();
+        per_thread[t].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        if (!identical(out, reference)) {
+          mismatch = true;
+          stop = true;
+        }
+      }
+    } catch (const Failure& f) {
+      errors[t] = f;
+      stop = true;
+    } catch (const std::exception& e) {
+      errors[t] = Failure{kOther, error_text(e)};
+      stop = true;
+    }
+  };
+  if (threads == 1) {
+    worker(0);
+  } else {
+    std::vector<std::thread> pool;
+    std::optional<std::string> spawn_error;
+    for (long t = 0; t < threads && !spawn_error; ++t) {
+      try {
+        pool.emplace_back(worker, t);
+      } catch (const std::system_error& e) {
+        // Joining what started is the only way out that does not abort.
+        spawn_error = e.what();
+        stop = true;
+      }
+    }
+    for (auto& th : pool) th.join();
+    if (spawn_error) {
+      fail(kOther, "cannot start " + std::to_string(threads) + " threads: " + *spawn_error);
+    }
+  }
+  for (auto& e : errors) {
+    if (e) throw *e;
+  }
+  if (mismatch) fail(kOther, "outputs differ between runs (not bit-identical)");
+  if (latencies) {
+    for (auto& v : per_thread) latencies->insert(latencies->end(), v.begin(), v.end());
+  }
+  return reference;
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  size_t idx = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size()))) - 1;
+  return v[std::min(idx, v.size() - 1)];
+}
+
+}  // namespace my_ops::loader

@@ -1,0 +1,40 @@
+#pragma once
+
+// Loading the op libraries and the package, and running it from several threads.
+
+#include <ATen/ATen.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "deploy/loader/verified_copy.h"
+
+namespace my_ops::loader {
+
+// dlopen()s each verified copy through its descriptor. The package resolves custom ops and
+// classes through the global registry the libraries' static initialisers fill in, so this comes
+// first. Fails with kOpsLibrary.
+void load_op_libraries(const std::vector<VerifiedCopy>& libraries);
+
+// LibTorch's CUDA backend, which registers AOTI's CUDA model runner. The loader links only
+// libtorch_cpu, so that CPU hosts need no CUDA libraries; a CUDA package loads this first.
+// Fails with kOther, saying what the host lacks.
+void load_cuda_backend();
+
+// Fails with kOpsLibrary when the package needs an op or class no library provides, else with
+// kPackageCorrupt.
+std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const VerifiedCopy& package,
+                                                                      long runners);
+
+// One reference run, then `total` more shared out over `threads` threads, each checked bit for
+// bit against the reference, which is returned. Per-call latencies (ms) go to `latencies` when
+// non-null.
+std::vector<at::Tensor> run_concurrently(torch::inductor::AOTIModelPackageLoader& loader,
+                                         const std::vector<at::Tensor>& inputs, long threads,
+                                         long total, std::vector<double>* latencies);
+
+double percentile(std::vector<double> v, double p);
+
+}  // namespace my_ops::loader

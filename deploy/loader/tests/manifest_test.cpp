@@ -1,0 +1,150 @@
+#include "deploy/loader/manifest.h"
+
+#include <gtest/gtest.h>
+#include <sodium.h>
+
+#include <string>
+#include <vector>
+
+namespace my_ops::loader {
+namespace {
+
+const std::string kSha(64, 'a');
+
+std::string manifest_text(const std::string& extra = "") {
+  return R"({"format": "my_ops.manifest/1",
+  "package": {"file": "model.pt2", "sha256": ")" +
+         kSha + R"("},
+  "op_libraries": [{"file": "libmy_ops.so", "sha256": ")" +
+         kSha + R"("}],
+  "torch_version": "2.14.1+cu130", "isa": "x86-64", "cpu_features": ["sse3"],
+  "device": "cpu")" +
+         extra + "}";
+}
+
+// The reason parse_manifest gives, or "" when it accepts the text.
+std::string refusal(const std::string& text) {
+  try {
+    parse_manifest(text);
+  } catch (const ManifestError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Manifest, ParsesWhatExportWrites) {
+  Manifest m = parse_manifest(manifest_text());
+  EXPECT_EQ(m.format, kManifestFormat);
+  EXPECT_EQ(m.package.file, "model.pt2");
+  EXPECT_EQ(m.package.sha256, kSha);
+  ASSERT_EQ(m.op_libraries.size(), 1u);
+  EXPECT_EQ(m.op_libraries[0].file, "libmy_ops.so");
+  EXPECT_EQ(m.torch_version, "2.14.1+cu130");
+  EXPECT_EQ(m.isa, "x86-64");
+  EXPECT_EQ(m.cpu_features, std::vector<std::string>{"sse3"});
+  EXPECT_EQ(m.device, "cpu");
+}
+
+TEST(Manifest, RefusesDuplicateMembers) {
+  // Two readers would disagree on which "device" counts.
+  EXPECT_NE(refusal(manifest_text(R"(, "device": "cuda")")).find("duplicate member 'device'"),
+            std::string::npos);
+  EXPECT_NE(refusal(R"({"format": "a", "format": "my_ops.manifest/1"})").find("duplicate"),
+            std::string::npos);
+}
+
+TEST(Manifest, RefusesTextJsonReadersDisagreeOn) {
+  std::string with_nul = manifest_text();
+  with_nul[1] = '\0';
+  EXPECT_NE(refusal(with_nul).find("NUL"), std::string::npos);
+  EXPECT_NE(refusal(manifest_text(R"(, "x": "\ud800")")), "");
+  EXPECT_NE(refusal(manifest_text(R"(, "n": 01)")), "");
+  EXPECT_NE(refusal(manifest_text(",")), "");
+  EXPECT_NE(refusal(manifest_text() + " {}"), "");
+}
+
+TEST(Manifest, CapsDepthAndSize) {
+  std::string deep;
+  for (int i = 0; i < kMaxJsonDepth + 2; ++i) deep += R"({"a":)";
+  EXPECT_NE(refusal(deep + "1" + std::string(kMaxJsonDepth + 2, '}')).find("nested"),
+            std::string::npos);
+  std::string many = "[";
+  for (int i = 0; i < kMaxJsonValues + 1; ++i) many += (i ? ",0" : "0");
+  EXPECT_NE(refusal(many + "]").find("values"), std::string::npos);
+}
+
+TEST(Manifest, RefusesMissingOrMistypedFields) {
+  EXPECT_NE(refusal("[]").find("object"), std::string::npos);
+  EXPECT_NE(refusal(R"({"format": "my_ops.manifest/2"})").find("format"), std::string::npos);
+  std::string bad_sha = manifest_text();
+  bad_sha.replace(bad_sha.find(kSha), 64, std::string(64, 'A'));
+  EXPECT_NE(refusal(bad_sha).find("lowercase hex"), std::string::npos);
+  std::string no_features = manifest_text();
+  no_features.replace(no_features.find(R"(["sse3"])"), 8, R"("sse3")");
+  EXPECT_NE(refusal(no_features).find("cpu_features"), std::string::npos);
+  std::string no_version = manifest_text();
+  no_version.replace(no_version.find("torch_version"), 13, "torch_versio_");
+  EXPECT_NE(refusal(no_version).find("torch_version"), std::string::npos);
+}
+
+TEST(Signature, VerifiesOnlyTheSignedBytesUnderTheRightKey) {
+  ASSERT_GE(sodium_init(), 0);
+  unsigned char pk[crypto_sign_PUBLICKEYBYTES], sk[crypto_sign_SECRETKEYBYTES];
+  crypto_sign_keypair(pk, sk);
+  const std::string message = manifest_text();
+  unsigned char sig[crypto_sign_BYTES];
+  crypto_sign_detached(sig, nullptr, reinterpret_cast<const unsigned char*>(message.data()),
+                       message.size(), sk);
+  const std::string signature(reinterpret_cast<const char*>(sig), sizeof(sig));
+  const std::vector<unsigned char> key =
+      parse_public_key(std::string_view(reinterpret_cast<const char*>(pk), sizeof(pk)));
+  EXPECT_TRUE(signature_valid(message, signature, key));
+  EXPECT_FALSE(signature_valid(message + " ", signature, key));
+  EXPECT_FALSE(signature_valid(message, signature.substr(1), key));
+  unsigned char other_pk[crypto_sign_PUBLICKEYBYTES], other_sk[crypto_sign_SECRETKEYBYTES];
+  crypto_sign_keypair(other_pk, other_sk);
+  EXPECT_FALSE(signature_valid(message, signature,
+                               std::vector<unsigned char>(other_pk, other_pk + sizeof(other_pk))));
+}
+
+TEST(PublicKey, ReadsPemSubjectPublicKeyInfo) {
+  // RFC 8410, section 10.1: an Ed25519 public key in PEM.
+  const std::string pem =
+      "-----BEGIN PUBLIC KEY-----\n"
+      "MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n"
+      "-----END PUBLIC KEY-----\n";
+  const std::vector<unsigned char> key = parse_public_key(pem);
+  ASSERT_EQ(key.size(), 32u);
+  EXPECT_EQ(to_hex(key.data(), key.size()),
+            "19bf44096984cdfe8541bac167dc3b96c85086aa30b6b6cb0c5c38ad703166e1");
+  EXPECT_THROW(parse_public_key("not a key"), ManifestError);
+  // An X25519 key: the same shape, another algorithm.
+  EXPECT_THROW(parse_public_key("-----BEGIN PUBLIC KEY-----\n"
+                                "MCowBQYDK2VuAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=\n"
+                                "-----END PUBLIC KEY-----\n"),
+               ManifestError);
+}
+
+TEST(SignaturePath, SwapsJsonForSig) {
+  EXPECT_EQ(signature_path("a/manifest.json"), "a/manifest.sig");
+  EXPECT_EQ(signature_path("a/manifest"), "a/manifest.sig");
+}
+
+TEST(CpuCheck, NamesUnknownFeaturesAndLevels) {
+  Manifest m = parse_manifest(manifest_text());
+  m.isa = "native";
+  m.cpu_features = {"sse3", "quantum-tunnelling"};
+  CpuCheck c = check_cpu(m);
+  EXPECT_EQ(c.unknown, std::vector<std::string>{"quantum-tunnelling"});
+  m.isa = "x86-64-v9";
+  m.cpu_features = {};
+  EXPECT_EQ(check_cpu(m).unknown, std::vector<std::string>{"x86-64-v9"});
+}
+
+TEST(Printable, KeepsHostileTextShortAndPrintable) {
+  EXPECT_EQ(printable(std::string("a\nb\x01") + "c", 10), "a?b?c");
+  EXPECT_EQ(printable(std::string(100, 'x'), 3), "xxx...");
+}
+
+}  // namespace
+}  // namespace my_ops::loader
