@@ -8,6 +8,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 # From a source checkout (`python -m pytest python/tests`), make the package importable.
 # Under Bazel the py_test deps already provide it.
 if importlib.util.find_spec("my_ops") is None:
@@ -20,12 +22,26 @@ os.environ.setdefault(
 )
 
 
+def pytest_configure(config):
+    # Once for the whole run, before collection: a missing device is one clear error
+    # instead of every cuda case skipped (a run that could still pass) or failed.
+    from testing_utils import devices_problem
+
+    problem = devices_problem()
+    if problem:
+        raise pytest.UsageError(problem)
+
+
 def pytest_report_header(config):
     import torch
 
     import my_ops
+    from testing_utils import DEVICES, DEVICES_VARIABLE
 
+    asked = os.environ.get(DEVICES_VARIABLE)
     return [
         f"my_ops library: {my_ops.loaded_path()}",
         f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}",
+        f"devices under test: {', '.join(DEVICES)} "
+        + (f"({DEVICES_VARIABLE}={asked})" if asked is not None else "(what this machine has)"),
     ]

@@ -81,28 +81,36 @@ def _bad_cases(device):
         ),
         ("module-neg-eps", lambda: my_ops.RMSNorm(N, eps=-0.5), "eps"),
     ]
-    if device != "cpu" or torch.cuda.is_available():
-        other = "cpu" if device != "cpu" else "cuda"
-        xo, vo = x.to(other), v.to(other)
-        cases += [
-            ("gelu-device-bias", lambda: my_ops.fused_bias_gelu(x, vo), "bias"),
-            ("rms-device-residual", lambda: my_ops.fused_add_rms_norm(x, xo, v), "residual"),
-            ("rms-device-weight", lambda: my_ops.fused_add_rms_norm(x, x, vo), "weight"),
-            (
-                "class-device",
-                lambda: torch.classes.my_ops.RMSNorm(vo, 1e-6).forward(x),
-                "weight",
-            ),
-        ]
-    return cases
+    return cases + _device_mix_cases(device)
 
 
-_CASE_IDS = [c[0] for c in _bad_cases("cpu")] + [
-    "gelu-device-bias",
-    "rms-device-residual",
-    "rms-device-weight",
-    "class-device",
-]
+def _device_mix_cases(device):
+    """Arguments split between ``device`` and the cpu, in both orders.
+
+    Only a run on a non-cpu device has a second device to mix with, so a cpu run has no
+    such cases rather than cases skipped on machines without a GPU.
+    """
+    if device == "cpu":
+        return []
+    return _mixed(device, "cpu", "") + _mixed("cpu", device, "-x-on-cpu")
+
+
+def _mixed(first, other, suffix):
+    x, v = _x(first), _v(first)
+    xo, vo = x.to(other), v.to(other)
+    return [
+        (f"gelu-device-bias{suffix}", lambda: my_ops.fused_bias_gelu(x, vo), "bias"),
+        (f"rms-device-residual{suffix}", lambda: my_ops.fused_add_rms_norm(x, xo, v), "residual"),
+        (f"rms-device-weight{suffix}", lambda: my_ops.fused_add_rms_norm(x, x, vo), "weight"),
+        (
+            f"class-device{suffix}",
+            lambda: torch.classes.my_ops.RMSNorm(vo, 1e-6).forward(x),
+            "weight",
+        ),
+    ]
+
+
+_CASES = [(device, case[0]) for device in DEVICES for case in _bad_cases(device)]
 
 
 def _valid_calls_still_work(device):
@@ -116,14 +124,9 @@ def _valid_calls_still_work(device):
     assert_close(torch.classes.my_ops.RMSNorm(v, 1e-6).forward(x), reference.rms_norm(x, v))
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("case_id", _CASE_IDS)
+@pytest.mark.parametrize(("device", "case_id"), _CASES)
 def test_bad_input_raises_naming_argument(device, case_id):
     cases = {c[0]: c for c in _bad_cases(device)}
-    # The device-mix case exists only when a CUDA device is there to mix with;
-    # it is reported as skipped, not passed, on CPU-only machines.
-    if case_id not in cases:
-        pytest.skip("needs a second device (CUDA)")
     _, call, pattern = cases[case_id]
     with pytest.raises(RuntimeError, match=pattern):
         call()

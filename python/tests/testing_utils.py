@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import pytest
@@ -11,22 +12,65 @@ from hypothesis import HealthCheck, settings
 
 import my_ops  # noqa: F401  (loads libmy_ops.so)
 
-_CUDA_MARK = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+DEVICES_VARIABLE = "MY_OPS_TEST_DEVICES"
 
 
-def _device_params() -> list:
-    """Devices under test. ``MY_OPS_TEST_DEVICES=cuda`` (comma separated) selects a subset."""
-    names = [d.strip() for d in os.environ.get("MY_OPS_TEST_DEVICES", "cpu,cuda").split(",")]
-    params = []
-    for name in filter(None, names):
-        if name.startswith("cuda"):
-            params.append(pytest.param(name, marks=_CUDA_MARK, id=name))
-        else:
-            params.append(pytest.param(name, id=name))
-    return params
+def _devices_under_test() -> list[str]:
+    """``MY_OPS_TEST_DEVICES`` (comma separated: ``cpu``, ``cuda``, ``cuda:N``), if set.
+
+    Unset, a checkout tests what the machine has: cpu, and cuda when torch sees a GPU. The
+    Bazel targets always set it, so which cases a target runs never depends on the machine.
+    """
+    value = os.environ.get(DEVICES_VARIABLE)
+    if value is None:
+        return ["cpu", "cuda"] if torch.cuda.is_available() else ["cpu"]
+    return [name.strip() for name in value.split(",") if name.strip()]
 
 
-DEVICES = _device_params()
+DEVICES = _devices_under_test()
+
+
+def _why_no_cuda() -> str:
+    if torch.version.cuda is None:
+        return f"torch {torch.__version__} is built without CUDA"
+    # Initializing CUDA raises with the driver's own explanation, e.g. that no NVIDIA
+    # driver is installed or that CUDA_VISIBLE_DEVICES hides every GPU.
+    try:
+        torch.cuda.init()
+    except Exception as e:
+        return str(e).splitlines()[0]
+    return "torch.cuda.is_available() is False"
+
+
+def devices_problem() -> str | None:
+    """Why the devices that ``MY_OPS_TEST_DEVICES`` asks for cannot be tested here, else None.
+
+    Named devices are a demand, not a preference: a run whose cuda cases were all skipped
+    would report the same as one where they passed, so the run fails instead (conftest.py).
+    """
+    value = os.environ.get(DEVICES_VARIABLE)
+    if value is None:
+        return None
+    asked = f"{DEVICES_VARIABLE}={value!r}"
+    if not DEVICES:
+        return f"{asked} names no device; use e.g. cpu, cuda or cpu,cuda"
+    unknown = [d for d in DEVICES if d != "cpu" and not re.fullmatch(r"cuda(:\d+)?", d)]
+    if unknown:
+        return f"{asked}: unknown device {', '.join(unknown)} (known: cpu, cuda, cuda:N)"
+    cuda = [d for d in DEVICES if d.startswith("cuda")]
+    if cuda and not torch.cuda.is_available():
+        return (
+            f"{asked} asks for the cuda cases, but torch finds no usable CUDA device "
+            f"({_why_no_cuda()}); they fail rather than skip, so a run without a working "
+            "GPU cannot pass"
+        )
+    count = torch.cuda.device_count() if cuda else 0
+    missing = [d for d in cuda if ":" in d and int(d.split(":")[1]) >= count]
+    if missing:
+        return f"{asked}: no device {', '.join(missing)} (torch sees {count} CUDA device(s))"
+    return None
+
+
 FLOAT_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 APPROXIMATE = ["none", "tanh"]
 
