@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <vector>
 
 #include "deploy/loader/failure.h"
@@ -139,14 +141,20 @@ std::string base_name(const std::string& path) {
 
 namespace {
 
-// The permissions a plain open(O_CREAT, 0666) would give: mkstemp always makes 0600.
+// The permissions a plain open(O_CREAT, 0666) would give: mkstemp always makes 0600. The umask
+// is read from /proc, since umask() can only be read by setting it, which races with any thread
+// that creates a file meanwhile.
 mode_t default_file_mode() {
-  static const mode_t mode = [] {
-    mode_t mask = ::umask(022);
-    ::umask(mask);
-    return 0666 & ~mask;
-  }();
-  return mode;
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("Umask:", 0) == 0) {
+      unsigned mask = 022;
+      std::sscanf(line.c_str() + 6, "%o", &mask);
+      return 0666 & ~static_cast<mode_t>(mask);
+    }
+  }
+  return 0644;
 }
 
 }  // namespace

@@ -121,6 +121,16 @@ TEST_F(FileIo, AtomicWriteReplacesAndLeavesNoTemporaryFile) {
   EXPECT_NE(::access(seen.c_str(), F_OK), 0);
 }
 
+TEST_F(FileIo, AtomicWriteGivesThePermissionsOfAPlainCreate) {
+  // mkstemp makes 0600 files; an output should look like any other file the user creates.
+  const mode_t saved = ::umask(027);
+  write_file_atomically(dir_ + "/out.pt", "x");
+  ::umask(saved);
+  struct stat st{};
+  ASSERT_EQ(::stat((dir_ + "/out.pt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+}
+
 TEST_F(FileIo, AtomicWriteIntoAMissingFolderFailsCleanly) {
   Failure f = failure_of([&] { write_file_atomically(dir_ + "/no/such/out.pt", "x"); });
   EXPECT_EQ(f.code, kOutputUnwritable);
