@@ -14,7 +14,7 @@
 
 namespace my_ops::loader {
 
-// The format this loader reads; export.py writes the same string (MANIFEST_FORMAT).
+// The format this loader reads; deploy/export_manifest.py writes the same string (MANIFEST_FORMAT).
 constexpr const char* kManifestFormat = "my_ops.manifest/1";
 // Manifests are a few hundred bytes; the cap keeps a hostile file from costing more than a read.
 constexpr size_t kMaxManifestBytes = 1 << 20;

@@ -164,7 +164,7 @@ def _config_value(path: str):
 @pytest.mark.parametrize("isa", ["portable", "native"])
 def test_inductor_options(device: str, isa: str) -> None:
     export = _load_export()
-    opts = export._inductor_options(device, isa, "/usr/bin/g++", "Float:1-16,8")
+    opts = export.inductor_options(device, isa, "/usr/bin/g++", "Float:1-16,8")
     # A misspelt key would be ignored silently by a config patch.
     for key in opts:
         _config_value(key)

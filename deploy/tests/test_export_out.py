@@ -1,7 +1,7 @@
 """export --out replaces only what an export wrote, and the swap survives interrupts.
 
 The CLI tests are refused before anything is compiled. The swap itself is
-tested by calling export._publish on staged files, so no test here compiles.
+tested by calling export.publish on staged files, so no test here compiles.
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def test_publish_rechecks_out(tmp_path: Path, staged, make_out) -> None:
     make_out(out)
     before = tree(tmp_path)
     with pytest.raises(export.ExportError, match="not replacing") as e:
-        export._publish(str(stage), str(out), str(work))
+        export.publish(str(stage), str(out), str(work))
     assert e.value.code == EXIT_OUT_REFUSED
     assert str(out) in str(e.value)
     assert tree(tmp_path) == before
@@ -261,7 +261,7 @@ def test_publish_file_added_during_swap(
 
     monkeypatch.setattr(os, "rename", rename)
     with pytest.raises(export.ExportError, match="notes.txt") as e:
-        export._publish(str(stage), str(out), str(work))
+        export.publish(str(stage), str(out), str(work))
     monkeypatch.undo()
     assert e.value.code == EXIT_OUT_REFUSED
     assert (out / "notes.txt").read_text() == "written during the swap"
@@ -277,7 +277,7 @@ def test_publish_replaces(tmp_path: Path, staged, old: str) -> None:
     elif old == "empty":
         out.mkdir()
     want = tree(stage)
-    export._publish(str(stage), str(out), str(work))
+    export.publish(str(stage), str(out), str(work))
     assert tree(out) == want
     # The previous export is gone once the new one is in place, and only then.
     assert os.listdir(work) == []
@@ -304,7 +304,7 @@ def test_publish_failure_between_renames_restores(
 
     monkeypatch.setattr(os, "rename", rename)
     with pytest.raises((KeyboardInterrupt, export.ExportError)):
-        export._publish(str(stage), str(out), str(work))
+        export.publish(str(stage), str(out), str(work))
     monkeypatch.undo()
     assert len(calls) >= 2
     assert tree(out) == before
@@ -329,6 +329,6 @@ def test_publish_ctrl_c_during_swap(
 
     monkeypatch.setattr(os, "rename", rename)
     with pytest.raises(KeyboardInterrupt):
-        export._publish(str(stage), str(out), str(work))
+        export.publish(str(stage), str(out), str(work))
     monkeypatch.undo()
     assert tree(out) in (old, new)

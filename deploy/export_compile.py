@@ -1,0 +1,193 @@
+"""How AOTInductor compiles the package: the C++ compiler, the CUDA toolkit, Inductor's options."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import stat
+from typing import Any
+
+from export_error import ExportError
+
+# What --isa means as a -march value, recorded in the manifest.
+MARCH = {"portable": "x86-64-v3", "native": "native"}
+
+
+def cuda_home() -> str | None:
+    """Locate the CUDA toolkit for Inductor's nvcc/host-compile steps.
+
+    torch derives CUDA_HOME from the nvcc on PATH; a wrapper script such as
+    /usr/local/bin/nvcc makes that /usr/local, which has no CUDA headers.
+    """
+    env = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if env:
+        return env
+    candidates = ["/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    for home in candidates:
+        if os.path.exists(os.path.join(home, "include", "cuda_runtime.h")):
+            return os.path.realpath(home)
+    return None
+
+
+# Written by //tools/cc:cxx_toolchain: the compiler and sysroot flags of the
+# C++ toolchain that built the op library and the loader.
+_TOOLCHAIN_JSON = "_main/tools/cc/cxx_toolchain.json"
+
+
+def _runfiles_roots() -> list[str]:
+    roots = [os.environ.get("RUNFILES_DIR", "")]
+    # <runfiles>/_main/deploy/export_compile.py, when started without the Bazel stub.
+    here = os.path.dirname(os.path.abspath(__file__))
+    roots.append(os.path.dirname(os.path.dirname(here)))
+    return [r for r in roots if r]
+
+
+def _toolchain_compiler() -> tuple[str, list[str], list[str], str]:
+    """The compiler for Inductor: (path, compile flags, link flags, description).
+
+    $CXX, when set, wins and is used as is (for debugging: it may link against
+    the build machine's glibc). Otherwise the Bazel C++ toolchain's compiler
+    and sysroot, so the AOTI .so has the same glibc floor as the op library.
+    """
+    if os.environ.get("CXX"):
+        return os.environ["CXX"], [], [], f"{os.environ['CXX']} (from $CXX, no sysroot)"
+    for root in _runfiles_roots():
+        path = os.path.join(root, _TOOLCHAIN_JSON)
+        if os.path.isfile(path):
+            with open(path) as f:
+                info = json.load(f)
+
+            def resolve(flags: list[str], root: str = root) -> list[str]:
+                return [flag.replace("%runfiles%", root) for flag in flags]
+
+            sysroot = info["sysroot"]
+            what = "with the sysroot" if sysroot else "host headers and libraries"
+            return (
+                info["compiler"],
+                resolve(info["compile_flags"]),
+                resolve(info["link_flags"]),
+                f"{info['compiler']} ({what})",
+            )
+    return "g++", [], [], "g++ from PATH (no Bazel toolchain description found)"
+
+
+def real_cxx() -> str:
+    real = _toolchain_compiler()[0]
+    real_path = shutil.which(real)
+    if real_path is None:
+        raise ExportError(f"C++ compiler {real!r} not found (set CXX)")
+    return real_path
+
+
+def write_cxx_wrapper(tmp: str) -> tuple[str, str]:
+    """Compiler wrapper for Inductor: the toolchain's sysroot, and a non-executable stack.
+
+    Returns the wrapper's path and a description of the compiler behind it.
+
+    Inductor emits CPU constants as a .S file without a .note.GNU-stack
+    section, so the linked .so asks for an executable stack and glibc >= 2.41
+    refuses to dlopen it. --noexecstack on every assembler run and -z
+    noexecstack on the shared link fixes that without the much slower
+    C++-array constant path (use_consts_asm_build=False). The linker flag must
+    not go on the precompiled-header step, which is not a link.
+    """
+    _, compile_flags, link_flags, what = _toolchain_compiler()
+    real_path = real_cxx()
+    bindir = os.path.join(tmp, "bin")
+    os.makedirs(bindir, exist_ok=True)
+    # Keep the g++/clang++ name: Inductor picks flags by the compiler's name.
+    name = os.path.basename(real_path)
+    name = "g++" if name.startswith("g++") else "clang++" if name.startswith("clang++") else name
+    path = os.path.join(bindir, name)
+    before = " ".join(shlex.quote(f) for f in compile_flags + link_flags)
+    with open(path, "w") as f:
+        f.write(
+            "#!/bin/sh\n"
+            "link=\n"
+            'for a in "$@"; do [ "$a" = -shared ] && link="-Wl,-z,noexecstack"; done\n'
+            f'exec {shlex.quote(real_path)} {before} "$@" -Wa,--noexecstack $link\n'
+        )
+    os.chmod(path, os.stat(path).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return path, what
+
+
+# c10::toString(ScalarType) names, which the C++ loader compares against.
+_C10_DTYPE_NAMES = {
+    "float32": "Float",
+    "float64": "Double",
+    "float16": "Half",
+    "bfloat16": "BFloat16",
+    "int64": "Long",
+    "int32": "Int",
+    "int16": "Short",
+    "int8": "Char",
+    "uint8": "Byte",
+    "bool": "Bool",
+}
+
+
+def input_signature(ep: Any) -> str | None:
+    """Describe the accepted inputs for the C++ loader's validation.
+
+    Format: "Dtype:d0,d1,...;..." with a dim either "N" or "LO-HI" ("inf" when
+    unbounded). Returns None when an input is not a plain tensor, in which case
+    the loader falls back to AOTI's runtime checks.
+    """
+    import torch
+
+    user_inputs = set(ep.graph_signature.user_inputs)
+    parts = []
+    for node in ep.graph.nodes:
+        if node.op != "placeholder" or node.name not in user_inputs:
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return None
+        dtype = _C10_DTYPE_NAMES.get(str(val.dtype).removeprefix("torch."))
+        if dtype is None:
+            return None
+        dims = []
+        for d in val.shape:
+            if isinstance(d, int):
+                dims.append(str(d))
+                continue
+            vr = ep.range_constraints.get(d.node.expr)
+            if vr is None:
+                return None
+            lo = int(vr.lower)
+            hi = "inf" if not vr.upper.is_finite else str(int(vr.upper))
+            dims.append(f"{lo}-{hi}")
+        parts.append(f"{dtype}:{','.join(dims)}")
+    return ";".join(parts)
+
+
+def inductor_options(device: str, isa: str, cxx: str, signature: str | None) -> dict[str, Any]:
+    """Every Inductor config the export sets, as aoti_compile_and_package takes them."""
+    opts: dict[str, Any] = {
+        "cpp.cxx": (None, cxx),
+        # The loader turns on AOTI_RUNTIME_CHECK_INPUTS; without this those
+        # checks reject size-1 dims even though the model handles them (the
+        # compiler assumes dynamic sizes are >= 2).
+        "aot_inductor.check_lowerbound": False,
+    }
+    if signature is not None:
+        opts["aot_inductor.metadata"] = {"my_ops.inputs": signature}
+    opts["cpp.march"] = MARCH[isa]
+    if isa == "portable":
+        # x86-64-v3 = AVX2/FMA: runs on any x86 CPU from the last ~10 years,
+        # unlike the default which targets the build machine (often AVX-512).
+        opts["cpp.simdlen"] = 256
+    if device == "cuda":
+        # Otherwise AOTI writes each kernel's cubin beside the model's .so and
+        # loads it lazily from the package's extraction folder at first call,
+        # a file that can be missing or swapped by then.
+        opts["aot_inductor.embed_kernel_binary"] = True
+        # Fatbins instead of cubins for the export GPU alone: PTX that newer
+        # GPUs compile at load time, plus SASS for TORCH_CUDA_ARCH_LIST.
+        opts["aot_inductor.emit_multi_arch_kernel"] = True
+    return opts

@@ -1,0 +1,74 @@
+"""The model to export: its factory (--model), the spec it returns, and its calling convention.
+
+The factory protocol is documented in deploy/default_model.py.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from export_error import ExportError, first_line
+
+DEFAULT_MODEL = "default_model:make_model"
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    mod_name, sep, attr = spec.partition(":")
+    if (
+        not sep
+        or not mod_name
+        or not attr
+        or not all(part.isidentifier() for part in mod_name.split(".") + attr.split("."))
+    ):
+        raise ExportError(f"--model must look like package.module:factory, got {spec!r}")
+    # Let `--model mymodel:make` find mymodel.py in the user's directory, as
+    # `python -m` would; appended so it cannot shadow installed packages.
+    user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY") or os.getcwd()
+    if user_cwd not in sys.path:
+        sys.path.append(user_cwd)
+    if spec == DEFAULT_MODEL:
+        # Import the default model by path so it works from the runfiles tree
+        # and from a plain checkout without deploy/ on sys.path.
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here not in sys.path:
+            sys.path.insert(0, here)
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except Exception as e:  # noqa: BLE001 - any import failure is a user error here
+        raise ExportError(f"cannot import {mod_name!r}: {first_line(e)}") from e
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ExportError(f"{mod_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise ExportError(f"{spec!r} is not callable (got {type(obj).__name__})")
+    return obj
+
+
+def make_spec(factory: Callable[..., Any], max_batch: int) -> Any:
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    try:
+        spec = factory(max_batch=max_batch) if "max_batch" in params else factory()
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"model factory failed: {first_line(e)}") from e
+    for name in ("module", "example_inputs", "dynamic_shapes"):
+        if not hasattr(spec, name):
+            raise ExportError(f"model factory result has no {name!r} attribute")
+    return spec
+
+
+def as_tuple(out: Any) -> tuple[Any, ...]:
+    """A model's output as a tuple, whether it returned one tensor or several."""
+    return tuple(out) if isinstance(out, (list, tuple)) else (out,)
+
+
+def to_device(xs: tuple[Any, ...], device: str) -> tuple[Any, ...]:
+    return tuple(x.to(device) for x in xs)
