@@ -139,6 +139,15 @@ std::string base_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+std::optional<std::string> output_problem(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "is a folder";
+  const std::string dir = dir_name(path);
+  if (::stat(dir.c_str(), &st) != 0) return "its folder " + dir + " does not exist";
+  if (!S_ISDIR(st.st_mode)) return dir + " is not a folder";
+  return std::nullopt;
+}
+
 namespace {
 
 // The permissions a plain open(O_CREAT, 0666) would give: mkstemp always makes 0600. The umask

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -63,6 +64,11 @@ UniqueFd create_exclusive(const std::string& path, int mode);
 
 std::string dir_name(const std::string& path);
 std::string base_name(const std::string& path);
+
+// Why `path` cannot become an output file (it is a folder, or its folder is missing or not a
+// folder), or nullopt. A cheap early check, so that a typo fails before a model loads; the
+// write itself still decides.
+std::optional<std::string> output_problem(const std::string& path);
 
 // Replaces `path` with `data` so that readers see the old file or the whole new one: a mkstemp
 // file beside it (never a fixed name, never a followed link), fsync, rename, fsync of the folder.

@@ -14,6 +14,7 @@
 
 #include "deploy/loader/cli.h"
 #include "deploy/loader/failure.h"
+#include "deploy/loader/file_io.h"
 #include "deploy/loader/private_dir.h"
 #include "deploy/loader/runner.h"
 #include "deploy/loader/tensor_io.h"
@@ -46,6 +47,9 @@ int run(int argc, char** argv) {
   resolve_paths(opt, env_or_empty("BUILD_WORKING_DIRECTORY"));
   if (opt.ops.empty()) {
     opt.ops.push_back(default_op_library(exe_path(), env_or_empty("RUNFILES_DIR")));
+  }
+  if (auto problem = output_problem(opt.output)) {
+    fail(kOutputUnwritable, "cannot write output " + opt.output + ": " + *problem);
   }
   PrivateDir& dir = PrivateDir::create();
 

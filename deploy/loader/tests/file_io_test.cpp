@@ -145,6 +145,15 @@ TEST_F(FileIo, CreateExclusiveRefusesAnythingInTheWay) {
   EXPECT_TRUE(create_exclusive(dir_ + "/new", 0600));
 }
 
+TEST_F(FileIo, OutputProblemCatchesTyposEarly) {
+  EXPECT_EQ(output_problem(dir_), "is a folder");
+  EXPECT_EQ(output_problem(dir_ + "/no/out.pt"), "its folder " + dir_ + "/no does not exist");
+  const std::string file = write("f", "x");
+  EXPECT_EQ(output_problem(file + "/out.pt"), file + " is not a folder");
+  EXPECT_FALSE(output_problem(dir_ + "/out.pt"));
+  EXPECT_FALSE(output_problem(file));  // an existing file is replaced
+}
+
 TEST(Paths, DirAndBaseName) {
   EXPECT_EQ(dir_name("a/b/c"), "a/b");
   EXPECT_EQ(dir_name("/c"), "/");
