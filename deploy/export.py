@@ -34,6 +34,13 @@ above it; older architectures cannot be served. Export on the oldest GPU
 generation the package must serve (for example on an A100 with
 TORCH_CUDA_ARCH_LIST="8.0;9.0" for sm_80 and sm_90).
 
+ARM64 edge machines: --target linux-aarch64 generates the model's C++ here,
+compiles it with the aarch64 toolchain and LibTorch, and writes a package for
+linux-aarch64 whose manifest vouches for the aarch64 libmy_ops.so (the one the
+aarch64 bundle ships). Such a package cannot run on this machine, so it is not
+verified here: the aarch64 bundle's tests run it under qemu-aarch64.
+expected_output.pt still holds this machine's eager outputs.
+
 Custom models: --model package.module:factory, see deploy/default_model.py for
 the factory protocol.
 """
@@ -60,7 +67,16 @@ from export_compile import (  # noqa: E402
     cuda_home,
     inductor_options,
     input_signature,
+    runfiles_roots,
     write_cxx_wrapper,
+)
+from export_cross import (  # noqa: E402
+    HOST_TARGET,
+    TARGETS,
+    cpp_only_options,
+    cross_compile,
+    forced_vec_isa,
+    target_files,
 )
 from export_error import (  # noqa: E402
     EXIT_FAILURE,
@@ -84,7 +100,7 @@ from export_output import (  # noqa: E402
     remove_empty,
     remove_work,
 )
-from export_verify import verify  # noqa: E402
+from export_verify import sample_inputs, verify  # noqa: E402
 
 
 def _die(msg: str, code: int = EXIT_FAILURE) -> NoReturn:
@@ -139,6 +155,14 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="factory returning the model spec (default: the built-in block)",
     )
     p.add_argument(
+        "--target",
+        choices=(HOST_TARGET, *TARGETS),
+        default=HOST_TARGET,
+        help="the machine the package runs on (default: linux-x86_64). linux-aarch64 "
+        "cross-compiles for ARM64 (armv8-a with NEON, CPU only); the package is not "
+        "verified here, since it cannot run on this machine",
+    )
+    p.add_argument(
         "--isa",
         choices=("portable", "native"),
         default="portable",
@@ -165,6 +189,13 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.max_batch < 1:
         p.error("--max-batch must be >= 1")
+    if args.target != HOST_TARGET:
+        if args.device != "cpu":
+            p.error(f"--target {args.target} packages are CPU only (--device cpu)")
+        if args.isa != "portable":
+            p.error(
+                f"--isa {args.isa} is for linux-x86_64; --target {args.target} uses its baseline"
+            )
     out = args.out or _default_out()
     # Under `bazel run` the cwd is the runfiles tree; relative paths the user
     # typed mean their own working directory.
@@ -239,6 +270,8 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     # after minutes of compiling.
     check_out(args.out)
     signing_key = load_signing_key(args.signing_key) if args.signing_key else None
+    cross = TARGETS.get(args.target)
+    cross_files = target_files(cross, runfiles_roots()) if cross else None
     _setup_environment(args.device)
     _check_device(args.device)
     factory = load_factory(args.model)
@@ -281,27 +314,62 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         package = os.path.join(stage, "model.pt2")
         cxx, compiler = write_cxx_wrapper(tmp)
         print(f"compiler: {compiler}", flush=True)
+        if cross is not None:
+            print(f"target:  {cross.name}, compiled by {cross_files.compiler} -march={cross.march}")
+        options = inductor_options(args.device, args.isa, cxx, input_signature(ep))
         with _stage("compile", times):
-            try:
-                torch._inductor.aoti_compile_and_package(
-                    ep,
-                    package_path=package,
-                    inductor_configs=inductor_options(
-                        args.device, args.isa, cxx, input_signature(ep)
-                    ),
-                )
-            except Exception as e:  # noqa: BLE001
-                raise ExportError(f"AOTInductor compile failed: {first_line(e)}") from e
+            if cross is None:
+                try:
+                    torch._inductor.aoti_compile_and_package(
+                        ep, package_path=package, inductor_configs=options
+                    )
+                except Exception as e:  # noqa: BLE001
+                    raise ExportError(f"AOTInductor compile failed: {first_line(e)}") from e
+            else:
+                generated = os.path.join(work, "generated.pt2")
+                # The target's -march replaces the host's when the C++ is compiled.
+                for host_only in ("cpp.march", "cpp.simdlen"):
+                    options.pop(host_only, None)
+                try:
+                    with forced_vec_isa(cross):
+                        torch._inductor.aoti_compile_and_package(
+                            ep,
+                            package_path=generated,
+                            inductor_configs=options | cpp_only_options(),
+                        )
+                except Exception as e:  # noqa: BLE001
+                    raise ExportError(f"AOTInductor code generation failed: {first_line(e)}") from e
+                cross_compile(generated, package, cross, cross_files, work)
 
-        with _stage("verify", times):
-            sample = verify(spec, module, package, max_batch, args.device)
+        if cross is None:
+            with _stage("verify", times):
+                sample = verify(spec, module, package, max_batch, args.device)
+        else:
+            print(
+                f"verify  ... skipped: a {cross.name} package cannot run on this machine",
+                flush=True,
+            )
+            sample = sample_inputs(spec, args.device)
 
         sample_cpu = to_device(sample, "cpu")
         with torch.no_grad():
             expected = to_device(as_tuple(module(*sample)), "cpu")
         torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
         torch.save(expected, os.path.join(stage, "expected_output.pt"))
-        write_manifest(stage, package, args.isa, args.device, signing_key)
+        if cross is None:
+            write_manifest(stage, package, args.isa, args.device, signing_key)
+        else:
+            write_manifest(
+                stage,
+                package,
+                args.isa,
+                args.device,
+                signing_key,
+                target=cross.name,
+                march=cross.march,
+                cxx=cross_files.compiler,
+                op_library=cross_files.op_library,
+            )
 
         publish(stage, args.out, work)
         published = True

@@ -39,7 +39,7 @@ def cuda_home() -> str | None:
 _TOOLCHAIN_JSON = "_main/tools/cc/cxx_toolchain.json"
 
 
-def _runfiles_roots() -> list[str]:
+def runfiles_roots() -> list[str]:
     roots = [os.environ.get("RUNFILES_DIR", "")]
     # <runfiles>/_main/deploy/export_compile.py, when started without the Bazel stub.
     here = os.path.dirname(os.path.abspath(__file__))
@@ -56,7 +56,7 @@ def _toolchain_compiler() -> tuple[str, list[str], list[str], str]:
     """
     if os.environ.get("CXX"):
         return os.environ["CXX"], [], [], f"{os.environ['CXX']} (from $CXX, no sysroot)"
-    for root in _runfiles_roots():
+    for root in runfiles_roots():
         path = os.path.join(root, _TOOLCHAIN_JSON)
         if os.path.isfile(path):
             with open(path) as f:

@@ -1,7 +1,9 @@
 """manifest.json, which the C++ loader checks before it loads a package, and its signing keys.
 
 The manifest records the sha256 of the package and of the op library it was
-verified with, the torch version, the CPU instruction set and the device.
+verified with, the torch version, the target (linux-x86_64, linux-aarch64),
+the CPU instruction set and the device. The CPU features come from
+loader/cpu_features.inc, the table the loader compiles in.
 manifest.sig, when the export is given a key, is an Ed25519 signature of the
 manifest's exact bytes.
 """
@@ -9,9 +11,11 @@ manifest's exact bytes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
+import re
 import subprocess
 from collections.abc import Sequence
 from typing import Any
@@ -22,51 +26,87 @@ from export_error import ExportError, first_line
 # The C++ loader reads exactly this format; change both together.
 MANIFEST_FORMAT = "my_ops.manifest/1"
 
-# Compiler macro -> the name the loader checks with __builtin_cpu_supports.
-# Only extensions a compiler emits for C++ code; the loader knows each one.
-_CPU_FEATURE_MACROS = {
-    "__SSE3__": "sse3",
-    "__SSSE3__": "ssse3",
-    "__SSE4_1__": "sse4.1",
-    "__SSE4_2__": "sse4.2",
-    "__POPCNT__": "popcnt",
-    "__AVX__": "avx",
-    "__AVX2__": "avx2",
-    "__FMA__": "fma",
-    "__F16C__": "f16c",
-    "__BMI__": "bmi",
-    "__BMI2__": "bmi2",
-    "__LZCNT__": "lzcnt",
-    "__MOVBE__": "movbe",
-    "__AVX512F__": "avx512f",
-    "__AVX512BW__": "avx512bw",
-    "__AVX512CD__": "avx512cd",
-    "__AVX512DQ__": "avx512dq",
-    "__AVX512VL__": "avx512vl",
-    "__AVX512VNNI__": "avx512vnni",
-    "__AVX512BF16__": "avx512bf16",
-    "__AVX512FP16__": "avx512fp16",
-    "__AVX512IFMA__": "avx512ifma",
-    "__AVX512VBMI__": "avx512vbmi",
-    "__AVX512VBMI2__": "avx512vbmi2",
-    "__AVX512BITALG__": "avx512bitalg",
-    "__AVX512VPOPCNTDQ__": "avx512vpopcntdq",
-    "__AVXVNNI__": "avxvnni",
-    "__GFNI__": "gfni",
-    "__VAES__": "vaes",
-    "__VPCLMULQDQ__": "vpclmulqdq",
-    "__AMX_TILE__": "amx-tile",
-    "__AMX_INT8__": "amx-int8",
-    "__AMX_BF16__": "amx-bf16",
-}
+# The targets a package can be exported for, as manifest.json and the loader
+# name them, with the macro by which a compiler says it compiles for one.
+TARGET_MACROS = {"linux-x86_64": "__x86_64__", "linux-aarch64": "__aarch64__"}
+
+# The CPU features the loader can check, per target: the table the loader
+# compiles in (loader/cpu_check.cpp). It is at loader/ beside this file in a
+# checkout, in the runfiles (//deploy/loader:cpu_features.inc as data) and in
+# tools/gpu_check's copy alike. abspath, not realpath: under Bazel the runfiles
+# tree is what holds it.
+CPU_FEATURES_TABLE = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "loader", "cpu_features.inc"
+)
+
+_TABLE_TARGETS = {"X86": "linux-x86_64", "AARCH64": "linux-aarch64"}
+# One row, in any of the four shapes the table's header describes; which
+# parts a shape must have is checked after the match.
+_ROW = re.compile(
+    r'MY_OPS_(?P<arch>X86|AARCH64)_(?P<kind>LEVEL|FEATURE)\("(?P<name>[a-z0-9][a-z0-9.-]*)"'
+    r'(?:, "(?P<macro>__[A-Za-z0-9_]+)")?'
+    r"(?:, (?P<auxv>AT_HWCAP2?), (?P<bits>HWCAP2?_[A-Z0-9]+(?: \| HWCAP2?_[A-Z0-9]+)*))?\)"
+)
 
 
-def cpu_features(cxx: str, march: str) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class CpuFeature:
+    target: str
+    name: str
+    # The compiler macro that says code may use it; None for a -march level.
+    macro: str | None
+
+
+def _row_shape_ok(m: re.Match[str]) -> bool:
+    if (m["macro"] is not None) != (m["kind"] == "FEATURE"):
+        return False
+    if m["arch"] == "X86":
+        return m["auxv"] is None
+    # An AT_HWCAP2 bit tested against AT_HWCAP, or the reverse, checks another feature.
+    return m["auxv"] is not None and all(
+        bit.startswith("HWCAP2_") == (m["auxv"] == "AT_HWCAP2") for bit in m["bits"].split(" | ")
+    )
+
+
+def read_cpu_features(path: str = CPU_FEATURES_TABLE) -> list[CpuFeature]:
+    """The rows of the CPU-feature table, in order; any line it cannot read is an error.
+
+    Lenient parsing would drop a row the loader still compiles in, and the
+    exporter would then never ask for that feature.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise ExportError(f"cannot read the CPU feature table {path}: {e.strerror}") from e
+    rows: list[CpuFeature] = []
+    seen: set[tuple[str, str]] = set()
+    for number, line in enumerate(lines, 1):
+        if not line.strip() or line.startswith("//"):
+            continue
+        m = _ROW.fullmatch(line)
+        if m is None or not _row_shape_ok(m):
+            raise ExportError(f"{path}:{number}: not a row of the CPU feature table: {line!r}")
+        row = CpuFeature(_TABLE_TARGETS[m["arch"]], m["name"], m["macro"])
+        if (row.target, row.name) in seen:
+            raise ExportError(f"{path}:{number}: {row.name!r} is listed twice for {row.target}")
+        seen.add((row.target, row.name))
+        rows.append(row)
+    return rows
+
+
+def _check_target(target: str) -> None:
+    if target not in TARGET_MACROS:
+        raise ExportError(f"unknown target {target!r}; one of {', '.join(sorted(TARGET_MACROS))}")
+
+
+def cpu_features(cxx: str, march: str, target: str = "linux-x86_64") -> list[str]:
     """The instruction-set extensions `cxx -march=MARCH` may emit, by loader name.
 
     For native that is this host's CPU as the compiler sees it, which is what
-    the package then needs wherever it runs.
+    the package then needs wherever it runs. `cxx` must compile for `target`.
     """
+    _check_target(target)
     try:
         proc = subprocess.run(
             [cxx, f"-march={march}", "-dM", "-E", "-x", "c++", os.devnull],
@@ -75,9 +115,28 @@ def cpu_features(cxx: str, march: str) -> list[str]:
             check=True,
         )
     except (OSError, subprocess.CalledProcessError) as e:
-        raise ExportError(f"cannot ask {cxx} what -march={march} enables: {first_line(e)}") from e
+        # The compiler's own first line says which of cxx and march it refused.
+        stderr = getattr(e, "stderr", None) or ""
+        why = stderr.strip().splitlines()[0] if stderr.strip() else first_line(e)
+        raise ExportError(f"cannot ask {cxx} what -march={march} enables: {why}") from e
     defined = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("#define ")}
-    return sorted(name for macro, name in _CPU_FEATURE_MACROS.items() if macro in defined)
+    # Another architecture's compiler would match none of the target's macros
+    # and so ask for nothing.
+    if TARGET_MACROS[target] not in defined:
+        raise ExportError(
+            f"{cxx} does not compile for {target}: it does not define {TARGET_MACROS[target]}"
+        )
+    return sorted(
+        row.name
+        for row in read_cpu_features()
+        if row.target == target and row.macro is not None and row.macro in defined
+    )
+
+
+def cpu_levels(target: str) -> list[str]:
+    """The -march levels the loader for `target` can check, besides native."""
+    _check_target(target)
+    return [row.name for row in read_cpu_features() if row.target == target and row.macro is None]
 
 
 def sha256_file(path: str) -> str:
@@ -88,40 +147,86 @@ def sha256_file(path: str) -> str:
     return h.hexdigest()
 
 
-def make_manifest(package: str, op_libraries: Sequence[str], isa: str, device: str) -> bytes:
-    """manifest.json for a package: what the C++ loader checks before loading it."""
+def make_manifest(
+    package: str,
+    op_libraries: Sequence[str],
+    isa: str,
+    device: str,
+    *,
+    target: str = "linux-x86_64",
+    march: str | None = None,
+    cxx: str | None = None,
+) -> bytes:
+    """manifest.json for a package: what the C++ loader checks before loading it.
+
+    march defaults to what --isa means (MARCH[isa]) and cxx to the compiler
+    that built the package (real_cxx()); for another target, pass both.
+    """
     import torch
 
-    march = MARCH[isa]
+    _check_target(target)
+    march = MARCH[isa] if march is None else march
+    # The loader refuses a level it does not know: fail here, not on every
+    # edge machine.
+    levels = cpu_levels(target)
+    if march != "native" and march not in levels:
+        raise ExportError(
+            f"-march={march} is not a level the {target} loader can check; one of "
+            f"{', '.join(levels)} or native (see {CPU_FEATURES_TABLE})"
+        )
+    libraries = []
+    for lib in op_libraries:
+        try:
+            libraries.append({"file": os.path.basename(lib), "sha256": sha256_file(lib)})
+        except OSError as e:
+            raise ExportError(f"cannot read op library {lib}: {e.strerror}") from e
     manifest = {
         "format": MANIFEST_FORMAT,
         "package": {"file": os.path.basename(package), "sha256": sha256_file(package)},
-        "op_libraries": [
-            {"file": os.path.basename(lib), "sha256": sha256_file(lib)} for lib in op_libraries
-        ],
+        "op_libraries": libraries,
         "torch_version": torch.__version__,
+        # The loader refuses a package for another target before anything else.
+        "target": target,
         # A -march level the loader checks as a whole, or "native"; in both
         # cases cpu_features lists every extension the compiler could use.
         "isa": march,
-        "cpu_features": cpu_features(real_cxx(), march),
+        "cpu_features": cpu_features(real_cxx() if cxx is None else cxx, march, target),
         "device": device,
     }
     return (json.dumps(manifest, indent=2) + "\n").encode()
 
 
 def write_manifest(
-    stage: str, package: str, isa: str, device: str, signing_key: Any | None
+    stage: str,
+    package: str,
+    isa: str,
+    device: str,
+    signing_key: Any | None,
+    *,
+    target: str = "linux-x86_64",
+    march: str | None = None,
+    cxx: str | None = None,
+    op_library: str | None = None,
 ) -> None:
-    """Write stage/manifest.json for `package`, and stage/manifest.sig when given a key."""
-    import my_ops
+    """Write stage/manifest.json for `package`, and stage/manifest.sig when given a key.
 
-    # The library this process loaded (a no-op when the model already did):
-    # the package was compiled and verified against exactly that file.
-    try:
-        library = my_ops.load_library()
-    except ImportError as e:
-        raise ExportError(f"cannot find the op library for manifest.json: {first_line(e)}") from e
-    manifest = make_manifest(package, [library], isa, device)
+    op_library is the op library the package is for; by default the one this
+    process loaded, which cannot be another target's.
+    """
+    if op_library is None:
+        import my_ops
+
+        # The library this process loaded (a no-op when the model already did):
+        # the package was compiled and verified against exactly that file.
+        try:
+            op_library = my_ops.load_library()
+        except ImportError as e:
+            raise ExportError(
+                f"cannot find the op library for manifest.json: {first_line(e)}"
+            ) from e
+    manifest = make_manifest(
+        package, [op_library], isa, device, target=target, march=march, cxx=cxx
+    )
     with open(os.path.join(stage, "manifest.json"), "wb") as f:
         f.write(manifest)
     if signing_key is not None:

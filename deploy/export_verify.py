@@ -28,6 +28,11 @@ def _batch_inputs(spec: Any, batch: int) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def sample_inputs(spec: Any, device: str) -> tuple[Any, ...]:
+    """Batch 1's inputs, as verify returns them, for a package that cannot be verified here."""
+    return to_device(_batch_inputs(spec, 1), device)
+
+
 def verify(spec: Any, module: Any, package: str, max_batch: int, device: str) -> tuple[Any, ...]:
     """Compare the package with `module` in eager at each verify batch; returns batch 1's inputs."""
     import torch

@@ -6,6 +6,13 @@
 #
 # usage: run.sh [LIBTORCH_LIB_DIR] [extra loader flags, e.g. --bench 100]
 #        (LIBTORCH_LIB_DIR defaults to $LIBTORCH_LIB)
+#
+# A linux-aarch64 bundle also needs libcudart.so.13 and libcupti.so.13 (the
+# aarch64 wheels nvidia-cuda-runtime and nvidia-cuda-cupti), which the torch
+# wheel's libtorch_cpu.so loads even for CPU work: in LIBTORCH_LIB_DIR, in
+# LIBTORCH_LIB_DIR/../../nvidia/cu13/lib (pip's layout) or on LD_LIBRARY_PATH.
+# MY_OPS_EMULATOR runs the loader under an emulator, for example to try an
+# aarch64 bundle on an x86-64 machine: MY_OPS_EMULATOR="qemu-aarch64-static -L PREFIX".
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,9 +40,44 @@ for arg in "$@"; do
   esac
 done
 
+if [ ! -e "$lib/libc10.so" ]; then
+  echo "run.sh: error: $lib does not contain libc10.so" >&2
+  exit 2
+fi
+
+# The CUDA runtime libraries that the aarch64 torch wheel's libtorch_cpu.so
+# NEEDs, looked for now: a loader that cannot start says less.
+cuda_dir=
+# found NAME: NAME is in $lib, $cuda_dir or a LD_LIBRARY_PATH folder.
+found() {
+  if [ -e "$lib/$1" ] || [ -e "$cuda_dir/$1" ]; then
+    return 0
+  fi
+  old_ifs=$IFS
+  IFS=:
+  for d in ${LD_LIBRARY_PATH:-}; do
+    if [ -n "$d" ] && [ -e "$d/$1" ]; then
+      IFS=$old_ifs
+      return 0
+    fi
+  done
+  IFS=$old_ifs
+  return 1
+}
+if grep -q '"target": *"linux-aarch64"' "$here/manifest.json" 2>/dev/null; then
+  cuda_dir="$lib/../../nvidia/cu13/lib"
+  for need in libcudart.so.13 libcupti.so.13; do
+    if ! found "$need"; then
+      echo "run.sh: error: $need is not in $lib, $cuda_dir or LD_LIBRARY_PATH; the aarch64" \
+        "LibTorch needs it (pip wheels nvidia-cuda-runtime==13.0.96, nvidia-cuda-cupti==13.0.85)" >&2
+      exit 2
+    fi
+  done
+fi
+
 # The bundle dir is on the path too, so libraries shipped next to the loader
 # (libmy_ops.so and anything it needs) resolve without installation.
-LD_LIBRARY_PATH="$lib:$here${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+LD_LIBRARY_PATH="$lib:$here${cuda_dir:+:$cuda_dir}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export LD_LIBRARY_PATH
 
 out=$(mktemp -d "${TMPDIR:-/tmp}/my_ops_run.XXXXXX")
@@ -43,7 +85,8 @@ trap 'rm -rf "$out"' EXIT
 trap 'exit 130' INT TERM
 
 status=0
-"$here/loader" \
+# shellcheck disable=SC2086 # MY_OPS_EMULATOR is a command line
+${MY_OPS_EMULATOR:-} "$here/loader" \
   --ops "$here/libmy_ops.so" \
   --package "$here/model.pt2" \
   --manifest "$here/manifest.json" \

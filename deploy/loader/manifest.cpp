@@ -89,59 +89,11 @@ std::vector<std::string> string_array(const Json& root, const char* key) {
   return out;
 }
 
-// The instruction sets a manifest may name; each is checked on this CPU.
-struct CpuFeature {
-  const char* name;
-  bool (*supported)();
-};
-
-#define MY_OPS_CPU_FEATURE(n) {n, [] { return __builtin_cpu_supports(n) != 0; }}
-const CpuFeature kCpuFeatures[] = {
-    MY_OPS_CPU_FEATURE("x86-64-v2"),
-    MY_OPS_CPU_FEATURE("x86-64-v3"),
-    MY_OPS_CPU_FEATURE("x86-64-v4"),
-    MY_OPS_CPU_FEATURE("sse3"),
-    MY_OPS_CPU_FEATURE("ssse3"),
-    MY_OPS_CPU_FEATURE("sse4.1"),
-    MY_OPS_CPU_FEATURE("sse4.2"),
-    MY_OPS_CPU_FEATURE("popcnt"),
-    MY_OPS_CPU_FEATURE("avx"),
-    MY_OPS_CPU_FEATURE("avx2"),
-    MY_OPS_CPU_FEATURE("fma"),
-    MY_OPS_CPU_FEATURE("f16c"),
-    MY_OPS_CPU_FEATURE("bmi"),
-    MY_OPS_CPU_FEATURE("bmi2"),
-    MY_OPS_CPU_FEATURE("lzcnt"),
-    MY_OPS_CPU_FEATURE("movbe"),
-    MY_OPS_CPU_FEATURE("avx512f"),
-    MY_OPS_CPU_FEATURE("avx512bw"),
-    MY_OPS_CPU_FEATURE("avx512cd"),
-    MY_OPS_CPU_FEATURE("avx512dq"),
-    MY_OPS_CPU_FEATURE("avx512vl"),
-    MY_OPS_CPU_FEATURE("avx512vnni"),
-    MY_OPS_CPU_FEATURE("avx512bf16"),
-    MY_OPS_CPU_FEATURE("avx512fp16"),
-    MY_OPS_CPU_FEATURE("avx512ifma"),
-    MY_OPS_CPU_FEATURE("avx512vbmi"),
-    MY_OPS_CPU_FEATURE("avx512vbmi2"),
-    MY_OPS_CPU_FEATURE("avx512bitalg"),
-    MY_OPS_CPU_FEATURE("avx512vpopcntdq"),
-    MY_OPS_CPU_FEATURE("avxvnni"),
-    MY_OPS_CPU_FEATURE("gfni"),
-    MY_OPS_CPU_FEATURE("vaes"),
-    MY_OPS_CPU_FEATURE("vpclmulqdq"),
-    MY_OPS_CPU_FEATURE("amx-tile"),
-    MY_OPS_CPU_FEATURE("amx-int8"),
-    MY_OPS_CPU_FEATURE("amx-bf16"),
-};
-#undef MY_OPS_CPU_FEATURE
-
-// nullopt: this loader cannot check `name`.
-std::optional<bool> cpu_supports(const std::string& name) {
-  for (const auto& f : kCpuFeatures) {
-    if (name == f.name) return f.supported();
-  }
-  return std::nullopt;
+// Target names as export.py writes them print bare; anything else is quoted.
+bool is_plain_name(const std::string& s) {
+  return !s.empty() && s.size() <= 32 && std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+  });
 }
 
 }  // namespace
@@ -183,6 +135,7 @@ Manifest parse_manifest(std::string_view text) {
   }
   for (const auto& lib : *libs) m.op_libraries.push_back(digest_member(lib, "'op_libraries': "));
   m.torch_version = string_member(root, "torch_version", "");
+  m.target = string_member(root, "target", "");
   m.isa = string_member(root, "isa", "");
   m.cpu_features = string_array(root, "cpu_features");
   if (auto device = root.find("device"); device != root.end()) {
@@ -231,20 +184,13 @@ std::string signature_path(const std::string& manifest_path) {
          ".sig";
 }
 
-CpuCheck check_cpu(const Manifest& m) {
-  __builtin_cpu_init();
-  std::vector<std::string> needed = m.cpu_features;
-  if (m.isa != "native") needed.insert(needed.begin(), m.isa);
-  CpuCheck result;
-  for (const auto& feature : needed) {
-    auto ok = cpu_supports(feature);
-    if (!ok) {
-      result.unknown.push_back(feature);
-    } else if (!*ok) {
-      result.missing.push_back(feature);
-    }
-  }
-  return result;
+std::string target_problem(const Manifest& m) {
+  if (m.target == this_target()) return "";
+  return std::string("the package was exported for ") +
+         (is_plain_name(m.target) ? m.target : single_quoted(m.target)) + "; this loader runs on " +
+         this_target() + " (export it with --target " + this_target() + ")";
 }
+
+CpuCheck check_cpu(const Manifest& m) { return check_cpu(m.isa, m.cpu_features); }
 
 }  // namespace my_ops::loader

@@ -1,7 +1,7 @@
 #pragma once
 
 // manifest.json, written by export.py beside model.pt2: what the package and its op libraries
-// must be (sha256), what they were built with (torch release) and for (CPU instruction set).
+// must be (sha256), what they were built with (torch release) and for (target, CPU features).
 // The loader checks all of it before it loads either. Parsing is strict: a manifest that two
 // JSON readers could read differently (duplicate members, a NUL, lone surrogates) is refused.
 
@@ -11,6 +11,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "deploy/loader/cpu_check.h"
 
 namespace my_ops::loader {
 
@@ -39,6 +41,7 @@ struct Manifest {
   FileDigest package;
   std::vector<FileDigest> op_libraries;
   std::string torch_version;
+  std::string target;  // "linux-x86_64", "linux-aarch64": this_target() of the loader it is for
   std::string isa;
   std::vector<std::string> cpu_features;
   std::string device;
@@ -58,13 +61,12 @@ bool signature_valid(std::string_view message, std::string_view signature,
 // "manifest.json" -> "manifest.sig", as export.py names them.
 std::string signature_path(const std::string& manifest_path);
 
-// The CPU features the manifest asks for that this CPU lacks, and those this loader cannot
-// check, in the manifest's order. The -march level ("x86-64-v3") counts as a feature unless it
-// is "native".
-struct CpuCheck {
-  std::vector<std::string> missing;
-  std::vector<std::string> unknown;
-};
+// Why this loader must refuse a package exported for another target, in a phrase that follows
+// "manifest PATH: "; "" when the manifest is for this loader's target. Checked before the CPU
+// features, which name another architecture's instruction sets.
+std::string target_problem(const Manifest& m);
+
+// check_cpu(m.isa, m.cpu_features).
 CpuCheck check_cpu(const Manifest& m);
 
 // Keeps attacker-controlled text in an error line short and printable.

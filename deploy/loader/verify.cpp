@@ -110,6 +110,11 @@ std::string verify_manifest(const Options& opt, const VerifiedCopy& package,
     fail(kIntegrity, "manifest " + path + " is malformed: " + e.what());
   }
 
+  // First: a package for another architecture fails every later check for that reason only.
+  if (const std::string problem = target_problem(m); !problem.empty()) {
+    fail(kIntegrity, "manifest " + path + ": " + problem);
+  }
+
   // torch.__version__ carries a local build tag ("2.14.1+cu130"); the ABI the package and op
   // libraries were built against is the release.
   const std::string release = m.torch_version.substr(0, m.torch_version.find('+'));

@@ -309,8 +309,8 @@ _JSON = st.recursive(
                                                                 max_size=3),
     max_leaves=8,
 )  # fmt: skip
-_KEYS = ["format", "package", "op_libraries", "torch_version", "isa", "cpu_features", "device",
-         "extra"]  # fmt: skip
+_KEYS = ["format", "package", "op_libraries", "torch_version", "target", "isa", "cpu_features",
+         "device", "extra"]  # fmt: skip
 
 
 @st.composite
@@ -336,6 +336,7 @@ def _checked_fields(text: bytes) -> tuple | None:
             m["package"]["sha256"],
             sorted(lib["sha256"] for lib in m["op_libraries"]),
             m["torch_version"].split("+")[0],
+            m["target"],
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -54,6 +54,7 @@ class Fixture:
             "package": {"file": "model.pt2", "sha256": sha256(self.model.read_bytes())},
             "op_libraries": [{"file": "libmy_ops.so", "sha256": sha256(self.ops.read_bytes())}],
             "torch_version": "2.14.1",
+            "target": "linux-x86_64",
             "isa": "x86-64-v3",
             "cpu_features": ["avx2"],
             "device": "cpu",

@@ -95,6 +95,7 @@ def test_manifest_describes_the_export(exported: Path, ops_library: str) -> None
         {"file": "libmy_ops.so", "sha256": _sha256(Path(ops_library))}
     ]
     assert manifest["torch_version"] == torch.__version__
+    assert manifest["target"] == "linux-x86_64"
     assert manifest["isa"] == "x86-64-v3"  # the export's default, --isa portable
     assert {"avx2", "fma", "bmi2"} <= set(manifest["cpu_features"])
     assert not any(f.startswith("avx512") for f in manifest["cpu_features"])
@@ -157,6 +158,29 @@ def test_unknown_cpu_feature_is_refused(loader_bin, pkg: Path, tmp_path: Path) -
     _edit_manifest(pkg / "manifest.json", cpu_features=["avx2", "quantum-entanglement"])
     proc, out = _run(loader_bin, pkg, tmp_path)
     _assert_refused(proc, out, str(pkg / "manifest.json"), "quantum-entanglement")
+
+
+def test_package_for_another_target_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    # As an aarch64 export writes it: refused for its target, before its CPU
+    # features (which this loader does not know) are looked at.
+    _edit_manifest(
+        pkg / "manifest.json", target="linux-aarch64", isa="armv8-a", cpu_features=["asimd", "fp"]
+    )
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(
+        proc,
+        out,
+        f"manifest {pkg / 'manifest.json'}: the package was exported for linux-aarch64; this "
+        "loader runs on linux-x86_64 (export it with --target linux-x86_64)",
+    )
+
+
+def test_manifest_without_target_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    del manifest["target"]
+    (pkg / "manifest.json").write_text(json.dumps(manifest))
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(proc, out, str(pkg / "manifest.json"), "malformed", "'target'")
 
 
 def _missing_cpu_feature() -> str | None:

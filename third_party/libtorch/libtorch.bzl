@@ -62,7 +62,7 @@ cc_library(
     includes = [_NVIDIA + "/cu13/include"],
 )
 
-# LibTorch for CPU code: torch, torch_cpu and c10.
+# LibTorch for CPU code: {torch_cpu_doc}.
 # ld checks the symbols of libtorch's own dependencies (libcudart, libcupti,
 # ...) when it links an executable. It cannot find them through the wheel's
 # $ORIGIN RPATHs (under --sysroot it prefixes those with the sysroot), so
@@ -72,12 +72,7 @@ cc_library(
     additional_linker_inputs = [":runtime_libraries"],
     data = [":runtime_libraries"],
     linkopts = ["-Wl,-rpath-link," + d for d in {rpath_link_dirs}],
-    deps = [
-        ":headers",
-        ":libc10",
-        ":libtorch",
-        ":libtorch_cpu",
-    ],
+    deps = [":headers"] + [":lib" + lib for lib in {torch_cpu_libs}],
 )
 
 # LibTorch for CUDA code: adds c10_cuda, torch_cuda, cudart and the CUDA
@@ -150,15 +145,15 @@ def _read_abi(rctx, torch_dir):
         fail("libtorch: libc10.so has no torchCheckFail symbol; cannot tell its C++ ABI")
     return 1 if "St7__cxx1112basic_string" in symbols else 0
 
-def _libtorch_impl(rctx):
-    torch_site = _site_packages(rctx, rctx.attr.torch_wheel)
+def _lay_out(rctx, torch_site, nvidia_sites, torch_cpu_libs):
+    """The merged site-packages tree, BUILD.bazel and defs.bzl, from unpacked wheels."""
     torch_dir = torch_site.get_child("torch")
     if not torch_dir.get_child("include").exists:
         fail("libtorch: {} has no include/; is the torch wheel a full build?".format(torch_dir))
     rctx.symlink(torch_dir.get_child("include"), "site-packages/torch/include")
     _mirror_tree(rctx, torch_dir.get_child("lib"), "site-packages/torch/lib")
-    for wheel in rctx.attr.cuda_wheels:
-        nvidia = _site_packages(rctx, wheel).get_child("nvidia")
+    for site in nvidia_sites:
+        nvidia = site.get_child("nvidia")
         if nvidia.exists:
             _mirror_tree(rctx, nvidia, "site-packages/nvidia")
 
@@ -177,14 +172,55 @@ def _libtorch_impl(rctx):
             if nvidia.get_child(component).get_child("lib").exists:
                 lib_dirs.append("site-packages/nvidia/{}/lib".format(component))
     rpath_link_dirs = ["external/{}/{}".format(rctx.name, d) for d in lib_dirs]
-    rctx.file("BUILD.bazel", _BUILD.format(abi = abi, rpath_link_dirs = repr(rpath_link_dirs)))
+    rctx.file("BUILD.bazel", _BUILD.format(
+        abi = abi,
+        rpath_link_dirs = repr(rpath_link_dirs),
+        torch_cpu_doc = " and ".join(torch_cpu_libs),
+        torch_cpu_libs = repr(torch_cpu_libs),
+    ))
     rctx.file("defs.bzl", _DEFS.format(version = version, abi = abi, repo = rctx.name))
+
+def _libtorch_impl(rctx):
+    _lay_out(
+        rctx,
+        _site_packages(rctx, rctx.attr.torch_wheel),
+        [_site_packages(rctx, wheel) for wheel in rctx.attr.cuda_wheels],
+        # Kept for the x86-64 build's users: libtorch.so also loads
+        # libtorch_cuda, which registers the CUDA kernels.
+        ["torch", "torch_cpu", "c10"],
+    )
 
 libtorch_repository = repository_rule(
     implementation = _libtorch_impl,
     attrs = {
         "cuda_wheels": attr.label_list(doc = "BUILD files of the nvidia wheel repositories."),
         "torch_wheel": attr.label(mandatory = True, doc = "BUILD file of the torch wheel repository."),
+    },
+)
+
+def _libtorch_wheels_impl(rctx):
+    sites = []
+    for i, (url, sha256) in enumerate(zip(rctx.attr.urls, rctx.attr.sha256s)):
+        name = url.rsplit("/", 1)[-1].split("-")[0]
+        rctx.report_progress("Downloading and unpacking {} ({} of {})".format(name, i + 1, len(rctx.attr.urls)))
+        site = "wheels/{}".format(name)
+        rctx.download_and_extract(url = url, sha256 = sha256, type = "zip", output = site)
+        sites.append(rctx.path(site))
+    _lay_out(
+        rctx,
+        sites[0],
+        sites[1:],
+        # libtorch.so NEEDs libtorch_cuda, and so the whole CUDA stack; CPU
+        # inference needs libtorch_cpu and c10 only.
+        ["torch_cpu", "c10"],
+    )
+
+libtorch_wheels_repository = repository_rule(
+    implementation = _libtorch_wheels_impl,
+    doc = "LibTorch from wheels downloaded by URL and sha256: torch first, then its nvidia wheels.",
+    attrs = {
+        "sha256s": attr.string_list(mandatory = True),
+        "urls": attr.string_list(mandatory = True),
     },
 )
 
@@ -211,6 +247,10 @@ def _libtorch_extension_impl(module_ctx):
                 torch_wheel = _spoke(tag.hub, "torch"),
                 cuda_wheels = [_spoke(tag.hub, n) for n in names if n.startswith("nvidia-")],
             )
+        for tag in mod.tags.wheels:
+            if len(tag.urls) != len(tag.sha256s):
+                fail("libtorch.wheels({}): one sha256 per URL".format(tag.name))
+            libtorch_wheels_repository(name = tag.name, urls = tag.urls, sha256s = tag.sha256s)
 
 _from_pip = tag_class(attrs = {
     "hub": attr.label(mandatory = True, doc = "Any label in the pip.parse hub, for example '@pypi//:BUILD.bazel'."),
@@ -218,7 +258,16 @@ _from_pip = tag_class(attrs = {
     "requirements_lock": attr.label(mandatory = True),
 })
 
+_wheels = tag_class(attrs = {
+    "name": attr.string(mandatory = True),
+    "sha256s": attr.string_list(mandatory = True, doc = "The wheels' sha256, in the order of urls."),
+    "urls": attr.string_list(mandatory = True, doc = "The torch wheel, then the nvidia wheels it needs at load time."),
+})
+
 libtorch = module_extension(
     implementation = _libtorch_extension_impl,
-    tag_classes = {"from_pip": _from_pip},
+    tag_classes = {
+        "from_pip": _from_pip,
+        "wheels": _wheels,
+    },
 )

@@ -1,8 +1,8 @@
 """A Debian sysroot, extracted from pinned .deb packages, as a repository.
 
 The packages and their sha256 sums are listed in a lock file (see
-bookworm_amd64.lock). The repository's root is the sysroot: usr/include,
-usr/lib/x86_64-linux-gnu, lib/x86_64-linux-gnu, usr/lib/gcc/... . Two fixes
+bookworm_amd64.lock and bookworm_arm64.lock). The repository's root is the
+sysroot: usr/include, usr/lib/<triple>, lib/<triple>, usr/lib/gcc/... . Two fixes
 make it usable from inside Bazel's execroot and sandboxes:
 
 - absolute symlinks (usr/lib/x86_64-linux-gnu/libm.so -> /lib/...) become
@@ -50,7 +50,16 @@ GLIBC_VERSION = "{glibc}"
 
 # The sysroot's path relative to the execroot, for --sysroot.
 SYSROOT_PATH = "external/{name}"
+
+# Debian's multiarch triple: the sysroot's libraries are in usr/lib/<triple>.
+MULTIARCH = "{multiarch}"
 """
+
+# Debian architecture (the .deb file name's suffix) -> multiarch triple.
+_MULTIARCH = {
+    "amd64": "x86_64-linux-gnu",
+    "arm64": "aarch64-linux-gnu",
+}
 
 def _parse_lock(content):
     """Returns [struct(name, version, path, sha256)] from a lock file's text."""
@@ -73,6 +82,14 @@ def _glibc_version(packages):
             version = pkg.version.split(":")[-1].split("-")[0]
             return ".".join(version.split(".")[:2])
     fail("sysroot: the lock file has no libc6")
+
+def _multiarch(packages):
+    """The multiarch triple of the packages' architecture; all must share one."""
+    archs = {p.path.rsplit("_", 1)[-1].removesuffix(".deb"): True for p in packages}
+    archs.pop("all", None)
+    if len(archs) != 1 or list(archs)[0] not in _MULTIARCH:
+        fail("sysroot: the lock file mixes or names unknown architectures: " + ", ".join(archs))
+    return _MULTIARCH[list(archs)[0]]
 
 def _url(path):
     for prefix, base in _ARCHIVES:
@@ -133,7 +150,11 @@ def _debian_sysroot_impl(rctx):
         rctx.file(script, "\n".join(lines) + "\n", executable = False)
 
     rctx.file("packages.txt", "".join(["{} {}\n".format(p.name, p.version) for p in packages]))
-    rctx.file("defs.bzl", _DEFS.format(glibc = _glibc_version(packages), name = rctx.name))
+    rctx.file("defs.bzl", _DEFS.format(
+        glibc = _glibc_version(packages),
+        name = rctx.name,
+        multiarch = _multiarch(packages),
+    ))
     rctx.file("BUILD.bazel", _BUILD)
 
 debian_sysroot = repository_rule(

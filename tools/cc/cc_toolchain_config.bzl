@@ -1,6 +1,7 @@
 """A GCC toolchain configuration that compiles and links against a sysroot only.
 
-The host's gcc-12 is the compiler; headers and libraries come from the
+The host's gcc-12 (or the cross compiler aarch64-linux-gnu-gcc-12) is the
+compiler; headers and libraries come from the
 sysroot (third_party/sysroot), never from the host's /usr/include and
 /usr/lib, so the glibc symbol versions a binary needs are those of the
 sysroot's glibc, whatever the host runs. GCC's own headers (intrinsics,
@@ -58,7 +59,13 @@ REPRODUCIBLE_COMPILE_FLAGS = [
     "-fdebug-prefix-map=/proc/self/cwd=.",
 ]
 
-def include_dirs(sysroot, gcc_major, cxx):
+# Bazel's CPU names for the CPUs this toolchain builds for.
+_BAZEL_CPU = {
+    "aarch64": "aarch64",
+    "x86_64": "k8",
+}
+
+def include_dirs(sysroot, gcc_major, multiarch, gcc_include, cxx):
     """The system include dirs in GCC's search order: libstdc++ (for C++), GCC's own, the sysroot's.
 
     GCC's own headers (stddef.h, the intrinsics) come from the compiler, as
@@ -67,6 +74,8 @@ def include_dirs(sysroot, gcc_major, cxx):
     Args:
       sysroot: the sysroot's path, or "%sysroot%" for cxx_builtin_include_directories.
       gcc_major: GCC's major version, for example "12".
+      multiarch: Debian's triple, for example "aarch64-linux-gnu".
+      gcc_include: GCC's own header dir (gcc -print-file-name=include).
       cxx: whether to include libstdc++'s dirs (C++ compiles).
 
     Returns:
@@ -76,12 +85,12 @@ def include_dirs(sysroot, gcc_major, cxx):
     if cxx:
         dirs = [
             sysroot + "/usr/include/c++/" + gcc_major,
-            sysroot + "/usr/include/x86_64-linux-gnu/c++/" + gcc_major,
+            sysroot + "/usr/include/" + multiarch + "/c++/" + gcc_major,
             sysroot + "/usr/include/c++/" + gcc_major + "/backward",
         ]
     return dirs + [
-        "/usr/lib/gcc/x86_64-linux-gnu/{}/include".format(gcc_major),
-        sysroot + "/usr/include/x86_64-linux-gnu",
+        gcc_include,
+        sysroot + "/usr/include/" + multiarch,
         sysroot + "/usr/include",
     ]
 
@@ -99,11 +108,15 @@ def _flags(actions, flags, with_features = None):
     )
 
 def _impl(ctx):
+    cpu = ctx.attr.cpu
     if not ctx.attr.gcc:
-        fail("The sysroot C++ toolchain (//tools/cc) needs the host's GCC {}: {}. For debugging only, --config=host_toolchain builds with Bazel's auto-configured host toolchain instead.".format(ctx.attr.gcc_major, ctx.attr.gcc_problem))
+        fail("The sysroot C++ toolchain for {} (//tools/cc) needs the host's GCC {}: {}. For debugging only, --config=host_toolchain builds x86-64 code with Bazel's auto-configured host toolchain instead.".format(cpu, ctx.attr.gcc_major, ctx.attr.gcc_problem))
     sysroot = ctx.attr.sysroot
     major = ctx.attr.gcc_major
-    gcc_lib = sysroot + "/usr/lib/gcc/x86_64-linux-gnu/" + major
+    multiarch = ctx.attr.multiarch
+    gcc_lib = sysroot + "/usr/lib/gcc/" + multiarch + "/" + major
+    dirs_cxx = include_dirs(sysroot, major, multiarch, ctx.attr.gcc_include, cxx = True)
+    dirs_c = include_dirs(sysroot, major, multiarch, ctx.attr.gcc_include, cxx = False)
 
     # Debian's GCC does not relocate its C++ header dir or its own library dir
     # under --sysroot, and it turns the sysroot's include dirs into absolute
@@ -114,10 +127,10 @@ def _impl(ctx):
     # before GCC's built-in (host) ones, so every -l resolves in the sysroot.
     link_search = [
         "-B" + gcc_lib + "/",
-        "-B" + sysroot + "/usr/lib/x86_64-linux-gnu/",
+        "-B" + sysroot + "/usr/lib/" + multiarch + "/",
         "-L" + gcc_lib,
-        "-L" + sysroot + "/usr/lib/x86_64-linux-gnu",
-        "-L" + sysroot + "/lib/x86_64-linux-gnu",
+        "-L" + sysroot + "/usr/lib/" + multiarch,
+        "-L" + sysroot + "/lib/" + multiarch,
     ]
 
     default_compile_flags = feature(
@@ -131,8 +144,8 @@ def _impl(ctx):
                 "-Wall",
                 "-fno-omit-frame-pointer",
             ] + REPRODUCIBLE_COMPILE_FLAGS),
-            _flags(_CPP_COMPILE, _isystem(include_dirs(sysroot, major, cxx = True))),
-            _flags(_C_COMPILE + [ACTION_NAMES.assemble, ACTION_NAMES.preprocess_assemble], _isystem(include_dirs(sysroot, major, cxx = False))),
+            _flags(_CPP_COMPILE, _isystem(dirs_cxx)),
+            _flags(_C_COMPILE + [ACTION_NAMES.assemble, ACTION_NAMES.preprocess_assemble], _isystem(dirs_c)),
             _flags(_COMPILE, ["-g"], ["dbg"]),
             _flags(_COMPILE, [
                 "-g0",
@@ -174,26 +187,27 @@ def _impl(ctx):
         default_compile_flags,
         default_link_flags,
     ]
+    binutils = "/usr/bin/" + ctx.attr.tool_prefix
     tool_paths = [
         tool_path(name = "gcc", path = ctx.attr.gcc),
-        tool_path(name = "cpp", path = ctx.attr.gcc.replace("/gcc-", "/cpp-")),
-        tool_path(name = "ar", path = "/usr/bin/ar"),
-        tool_path(name = "ld", path = "/usr/bin/ld"),
-        tool_path(name = "nm", path = "/usr/bin/nm"),
-        tool_path(name = "objcopy", path = "/usr/bin/objcopy"),
-        tool_path(name = "objdump", path = "/usr/bin/objdump"),
-        tool_path(name = "strip", path = "/usr/bin/strip"),
-        tool_path(name = "gcov", path = ctx.attr.gcc.replace("/gcc-", "/gcov-")),
-        tool_path(name = "dwp", path = "/usr/bin/dwp"),
+        tool_path(name = "cpp", path = ctx.attr.gcc.replace("gcc-", "cpp-")),
+        tool_path(name = "ar", path = binutils + "ar"),
+        tool_path(name = "ld", path = binutils + "ld"),
+        tool_path(name = "nm", path = binutils + "nm"),
+        tool_path(name = "objcopy", path = binutils + "objcopy"),
+        tool_path(name = "objdump", path = binutils + "objdump"),
+        tool_path(name = "strip", path = binutils + "strip"),
+        tool_path(name = "gcov", path = ctx.attr.gcc.replace("gcc-", "gcov-")),
+        tool_path(name = "dwp", path = binutils + "dwp"),
         tool_path(name = "llvm-cov", path = "/bin/false"),
     ]
     return cc_common.create_cc_toolchain_config_info(
         ctx = ctx,
         features = features,
-        toolchain_identifier = "gcc{}_sysroot_glibc_{}".format(major, ctx.attr.glibc_version),
+        toolchain_identifier = "gcc{}_sysroot_{}_glibc_{}".format(major, cpu, ctx.attr.glibc_version),
         host_system_name = "x86_64-unknown-linux-gnu",
-        target_system_name = "x86_64-unknown-linux-gnu",
-        target_cpu = "k8",
+        target_system_name = cpu + "-unknown-linux-gnu",
+        target_cpu = _BAZEL_CPU[cpu],
         # cuda_library reads the sysroot's glibc from here (see tools/cuda).
         target_libc = "glibc_" + ctx.attr.glibc_version,
         compiler = "gcc",
@@ -202,16 +216,20 @@ def _impl(ctx):
         tool_paths = tool_paths,
         builtin_sysroot = sysroot,
         # In search order: cuda_library passes them to nvcc's host compiler.
-        cxx_builtin_include_directories = include_dirs("%sysroot%", major, cxx = True),
+        cxx_builtin_include_directories = include_dirs("%sysroot%", major, multiarch, ctx.attr.gcc_include, cxx = True),
     )
 
 gcc_sysroot_toolchain_config = rule(
     implementation = _impl,
     doc = "CcToolchainConfigInfo for the host's GCC with a sysroot.",
     attrs = {
-        "gcc": attr.string(doc = "Absolute path of gcc-<major>; empty when it is missing."),
+        "cpu": attr.string(mandatory = True, values = _BAZEL_CPU.keys(), doc = "The target CPU."),
+        "gcc": attr.string(doc = "Absolute path of the gcc driver; empty when it is missing."),
+        "gcc_include": attr.string(doc = "GCC's own header dir (gcc -print-file-name=include)."),
         "gcc_major": attr.string(mandatory = True),
         "gcc_problem": attr.string(doc = "Why gcc is empty."),
+        "multiarch": attr.string(mandatory = True, doc = "The sysroot's Debian multiarch triple."),
+        "tool_prefix": attr.string(doc = "Prefix of the binutils in /usr/bin, for example 'aarch64-linux-gnu-'."),
         "glibc_version": attr.string(mandatory = True, doc = "The sysroot's glibc, for example '2.36'."),
         "link_specs": attr.label(mandatory = True, allow_single_file = True, doc = "GCC specs file that adds --no-as-needed to the link spec."),
         "sysroot": attr.string(mandatory = True, doc = "Execroot-relative path of the sysroot."),

@@ -23,6 +23,20 @@ TORCH_CPU_KERNEL_COPTS = [
     "-DCPU_CAPABILITY_AVX2",
 ]
 
+# The same kernels for linux-aarch64, at the armv8-a baseline: at::vec picks
+# its NEON (128-bit) implementation from __aarch64__, and the NEON namespace
+# keeps these copies apart from torch's DEFAULT ones. No x86 flags.
+# -Wno-psabi: GCC notes that passing std::pair<Vectorized> changed in GCC 10.1;
+# everything here, torch included, is built with a newer GCC.
+TORCH_CPU_KERNEL_COPTS_AARCH64 = [
+    "-O3",
+    "-fopenmp",
+    "-march=armv8-a",
+    "-Wno-psabi",
+    "-DCPU_CAPABILITY=NEON",
+    "-DCPU_CAPABILITY_NEON",
+]
+
 # The defines torch's own extension builder passes to nvcc: they keep CUDA's
 # half/bfloat16 operators out of the way of c10::Half and c10::BFloat16.
 TORCH_NVCC_COPTS = [
@@ -49,7 +63,9 @@ def torch_op_library(name, ops, registration = "registration.cpp", common = "com
     folder to `ops` and its schema line to `registration`.
 
     Targets: lib<name>.so (the shared library), <name>_cpu and, when a CUDA
-    toolkit is present, <name>_cuda.
+    toolkit is present, <name>_cuda. For linux-aarch64 (--config=aarch64 or
+    a transition) the library holds the CPU kernels only: the CUDA part
+    would need the aarch64 (sbsa) CUDA toolkit.
 
     Args:
       name: library name; the shared library is lib<name>.so.
@@ -68,8 +84,11 @@ def torch_op_library(name, ops, registration = "registration.cpp", common = "com
         name = name + "_cpu",
         srcs = cpu_srcs,
         hdrs = headers,
-        copts = TORCH_CPU_KERNEL_COPTS,
-        deps = ["@libtorch//:torch_cpu"],
+        copts = select({
+            Label("@platforms//cpu:aarch64"): TORCH_CPU_KERNEL_COPTS_AARCH64,
+            "//conditions:default": TORCH_CPU_KERNEL_COPTS,
+        }),
+        deps = ["//third_party/libtorch:torch_cpu"],
         alwayslink = True,
     )
     backends = [":" + name + "_cpu"]
@@ -81,6 +100,7 @@ def torch_op_library(name, ops, registration = "registration.cpp", common = "com
             copts = TORCH_NVCC_COPTS,
             deps = ["@libtorch//:torch_cuda"],
             alwayslink = True,
+            target_compatible_with = ["@platforms//cpu:x86_64"],
         )
         backends.append(":" + name + "_cuda")
     cc_binary(
@@ -88,7 +108,10 @@ def torch_op_library(name, ops, registration = "registration.cpp", common = "com
         linkshared = True,
         linkopts = TORCH_OP_LIBRARY_LINKOPTS,
         visibility = visibility,
-        deps = backends,
+        deps = select({
+            Label("@platforms//cpu:aarch64"): [":" + name + "_cpu"],
+            "//conditions:default": backends,
+        }),
     )
 
 def _source_list(name, cpu_srcs, cuda_srcs, hdrs):

@@ -17,7 +17,8 @@ std::string manifest_text(const std::string& extra = "") {
          kSha + R"("},
   "op_libraries": [{"file": "libmy_ops.so", "sha256": ")" +
          kSha + R"("}],
-  "torch_version": "2.14.1+cu130", "isa": "x86-64", "cpu_features": ["sse3"],
+  "torch_version": "2.14.1+cu130", "target": ")" +
+         this_target() + R"(", "isa": "x86-64", "cpu_features": ["sse3"],
   "device": "cpu")" +
          extra + "}";
 }
@@ -40,6 +41,7 @@ TEST(Manifest, ParsesWhatExportWrites) {
   ASSERT_EQ(m.op_libraries.size(), 1u);
   EXPECT_EQ(m.op_libraries[0].file, "libmy_ops.so");
   EXPECT_EQ(m.torch_version, "2.14.1+cu130");
+  EXPECT_EQ(m.target, this_target());
   EXPECT_EQ(m.isa, "x86-64");
   EXPECT_EQ(m.cpu_features, std::vector<std::string>{"sse3"});
   EXPECT_EQ(m.device, "cpu");
@@ -85,6 +87,42 @@ TEST(Manifest, RefusesMissingOrMistypedFields) {
   std::string no_version = manifest_text();
   no_version.replace(no_version.find("torch_version"), 13, "torch_versio_");
   EXPECT_NE(refusal(no_version).find("torch_version"), std::string::npos);
+}
+
+TEST(Manifest, RefusesMissingOrMistypedTarget) {
+  // Without a target the loader could not tell another architecture's package from its own.
+  std::string no_target = manifest_text();
+  no_target.replace(no_target.find(R"("target")"), 8, R"("targe_")");
+  EXPECT_NE(refusal(no_target).find("'target' must be a string"), std::string::npos);
+  std::string number = manifest_text();
+  const std::string quoted = std::string("\"") + this_target() + "\"";
+  number.replace(number.find(quoted), quoted.size(), "64");
+  EXPECT_NE(refusal(number).find("'target' must be a string"), std::string::npos);
+}
+
+TEST(Target, RefusesAPackageForAnotherTarget) {
+  Manifest m = parse_manifest(manifest_text());
+  EXPECT_EQ(target_problem(m), "");
+#if defined(__x86_64__)
+  m.target = "linux-aarch64";
+  EXPECT_EQ(target_problem(m),
+            "the package was exported for linux-aarch64; this loader runs on linux-x86_64 "
+            "(export it with --target linux-x86_64)");
+#elif defined(__aarch64__)
+  m.target = "linux-x86_64";
+  EXPECT_EQ(target_problem(m),
+            "the package was exported for linux-x86_64; this loader runs on linux-aarch64 "
+            "(export it with --target linux-aarch64)");
+#endif
+  // A name the exporter would not write is quoted and kept printable.
+  m.target = "";
+  EXPECT_NE(target_problem(m).find("exported for ''"), std::string::npos);
+  m.target = "linux-x86_64\nloader: ok";
+  EXPECT_NE(target_problem(m).find("exported for 'linux-x86_64?loader: ok'"), std::string::npos);
+  // Compared exactly: a name that differs in case only is not this target.
+  m.target = this_target();
+  for (auto& c : m.target) c = static_cast<char>(c == 'l' ? 'L' : c);
+  EXPECT_NE(target_problem(m), "");
 }
 
 TEST(Signature, VerifiesOnlyTheSignedBytesUnderTheRightKey) {

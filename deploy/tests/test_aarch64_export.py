@@ -1,0 +1,112 @@
+"""A user's model exported with --target linux-aarch64 runs under qemu-aarch64, op by op.
+
+The model (aarch64_ops_model.py) returns each op's output on its own; each is
+compared with the op's float64 reference computed on this machine, at two
+batch sizes. So this is also the numerics test of the op library's NEON
+kernels, run on (emulated) aarch64 through the C++ loader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import zipfile
+from pathlib import Path
+
+import aarch64_ops_model
+import pytest
+import qemu_aarch64
+import torch
+from conftest import absolute_from_env, run_export
+
+import my_ops.reference  # noqa: F401
+
+# Against the float64 reference rounded once to float32 (u = 6e-8): the
+# kernels accumulate rms norms over 131 values in float32, about sqrt(131) * u
+# ~ 7e-7 relative, and erf/tanh add a few ulp. rtol 2e-5 (~170 ulp) and atol
+# 1e-5 for values near zero are the suite's float32 tolerance
+# (python/tests/testing_utils.py); identity must be exact.
+RTOL, ATOL = 2e-5, 1e-5
+BATCHES = (1, 3)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    base = tmp_path_factory.mktemp("export")
+    out = base / "out"
+    proc = run_export(
+        [
+            "--target",
+            "linux-aarch64",
+            "--model",
+            "aarch64_ops_model:make_model",
+            "--max-batch",
+            "4",
+            "--out",
+            str(out),
+        ],
+        base / "tmp",
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "verify  ... skipped" in proc.stdout, proc.stdout
+    return out
+
+
+def test_package_is_for_aarch64(exported: Path) -> None:
+    manifest = json.loads((exported / "manifest.json").read_text())
+    assert manifest["target"] == "linux-aarch64"
+    assert manifest["isa"] == "armv8-a"
+    assert {"asimd", "fp"} <= set(manifest["cpu_features"])
+    with zipfile.ZipFile(exported / "model.pt2") as z:
+        metadata = [n for n in z.namelist() if n.endswith("wrapper_metadata.json")]
+        assert len(metadata) == 1
+        meta = json.loads(z.read(metadata[0]))
+    assert meta["AOTI_MACHINE"] == "aarch64"
+    # Inductor generated NEON code, not the host's AVX2 or scalar code.
+    assert meta["AOTI_CPU_ISA"] == "ASIMD"
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_each_op_matches_its_float64_reference(exported: Path, batch: int, tmp_path: Path) -> None:
+    prefix = qemu_aarch64.make_prefix(tmp_path)
+    x, residual = aarch64_ops_model.inputs(batch)
+    torch.save((x, residual), tmp_path / "input.pt")
+    # Real paths: the loader opens nothing through a symbolic link.
+    loader = os.path.realpath(absolute_from_env(os.environ["AARCH64_LOADER"]))
+    library = os.path.realpath(absolute_from_env(os.environ["AARCH64_OPS_LIBRARY"]))
+    out = tmp_path / "output.pt"
+    argv = [
+        loader,
+        "--ops",
+        library,
+        "--package",
+        str(exported / "model.pt2"),
+        "--manifest",
+        str(exported / "manifest.json"),
+        "--input",
+        str(tmp_path / "input.pt"),
+        "--output",
+        str(out),
+    ]
+    result = subprocess.run(
+        qemu_aarch64.command(prefix, argv),
+        env=qemu_aarch64.environment(tmp_path / "tmp"),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    got = torch.load(out)
+    want = aarch64_ops_model.reference(aarch64_ops_model.OpsModel(), x, residual)
+    names = ["identity", "bias_gelu", "bias_gelu_tanh", "add_rms_norm", "add", "rms_norm_class"]
+    assert len(got) == len(want)
+    for name, g, w in zip(names, got, want, strict=True):
+        assert g.shape == (batch, aarch64_ops_model.SEQ, aarch64_ops_model.HIDDEN), name
+        if name == "identity":
+            assert torch.equal(g, w), name
+        else:
+            torch.testing.assert_close(
+                g, w, rtol=RTOL, atol=ATOL, msg=lambda m, n=name: f"{n}: {m}"
+            )

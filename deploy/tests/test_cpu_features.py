@@ -1,0 +1,214 @@
+"""The CPU-feature table (deploy/loader/cpu_features.inc) as the exporter reads it.
+
+The loader compiles the same table in; its side is tested in
+deploy/loader/tests/cpu_check_test.cpp. Nothing here exports or loads a
+package: manifests are made from stand-in files, and torch is a stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+# absolute(), not resolve(): under Bazel the modules beside export_manifest.py
+# are symlinks in the runfiles tree.
+DEPLOY_DIR = Path(__file__).absolute().parent.parent
+sys.path.insert(0, str(DEPLOY_DIR))
+
+import export_manifest  # noqa: E402
+from export_error import ExportError  # noqa: E402
+
+CROSS_CXX = "aarch64-linux-gnu-g++-12"
+# gcc 12 for aarch64 defines every __ARM_FEATURE_* macro of the table with these.
+AARCH64_EVERYTHING = (
+    "armv8.6-a+crypto+sha3+sm4+fp16fml+sve2-bitperm+sve2-aes+sve2-sha3+sve2-sm4"
+    "+f32mm+f64mm+rng+memtag"
+)
+# ... and gcc for x86-64 every x86 macro with this.
+X86_EVERYTHING = "sapphirerapids"
+
+
+def _cross_cxx() -> str:
+    cxx = shutil.which(CROSS_CXX)
+    if cxx is None:
+        # Not a skip: the aarch64 build needs it too, and tools/bazel installs it.
+        pytest.fail(
+            f"{CROSS_CXX}, the aarch64 cross compiler, is not installed "
+            "(apt-get install g++-12-aarch64-linux-gnu)"
+        )
+    return cxx
+
+
+def _host_x86_cxx() -> str:
+    if platform.machine() != "x86_64":
+        pytest.skip(f"this host is {platform.machine()}, and its g++ does not compile for x86-64")
+    cxx = shutil.which("g++")
+    if cxx is None:
+        pytest.skip("g++ is not installed")
+    return cxx
+
+
+def _rows(target: str) -> list[export_manifest.CpuFeature]:
+    return [row for row in export_manifest.read_cpu_features() if row.target == target]
+
+
+def test_every_row_and_macro_of_the_table_is_read() -> None:
+    # Counted with looser patterns than the reader's: a row it skipped would
+    # be checked by the loader and never asked for by the exporter.
+    text = Path(export_manifest.CPU_FEATURES_TABLE).read_text()
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("//"))
+    rows = export_manifest.read_cpu_features()
+    assert len(rows) == body.count("MY_OPS_")
+    assert {row.macro for row in rows if row.macro} == set(re.findall(r'"(__\w+)"', body))
+    assert {row.target for row in rows} == set(export_manifest.TARGET_MACROS)
+
+
+def test_levels_are_the_ones_export_writes() -> None:
+    assert export_manifest.cpu_levels("linux-x86_64") == ["x86-64-v2", "x86-64-v3", "x86-64-v4"]
+    assert export_manifest.cpu_levels("linux-aarch64") == ["armv8-a"]
+    from export_compile import MARCH
+
+    assert set(MARCH.values()) - {"native"} <= set(export_manifest.cpu_levels("linux-x86_64"))
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        'MY_OPS_X86_FEATURE("avx2" "__AVX2__")',
+        'MY_OPS_X86_FEATURE("avx2", "__AVX2__"),',
+        'MY_OPS_X86_FEATURE("avx2")',
+        'MY_OPS_X86_LEVEL("x86-64-v3", "__AVX2__")',
+        'MY_OPS_X86_FEATURE("avx2", "__AVX2__", AT_HWCAP, HWCAP_FP)',
+        'MY_OPS_AARCH64_FEATURE("sve", "__ARM_FEATURE_SVE")',
+        'MY_OPS_AARCH64_FEATURE("sve2", "__ARM_FEATURE_SVE2", AT_HWCAP, HWCAP2_SVE2)',
+        'MY_OPS_AARCH64_FEATURE("sve", "__ARM_FEATURE_SVE", AT_HWCAP2, HWCAP_SVE)',
+        'MY_OPS_AARCH64_LEVEL("armv8-a", AT_HWCAP, HWCAP_FP | HWCAP2_SVE2)',
+        'MY_OPS_AARCH64_LEVEL("Armv8-a", AT_HWCAP, HWCAP_FP)',
+        'MY_OPS_RISCV_LEVEL("rv64gc")',
+        '  MY_OPS_X86_FEATURE("avx2", "__AVX2__")',
+        "/* MY_OPS_X86_FEATURE */",
+    ],
+)
+def test_reader_refuses_what_is_not_a_row(tmp_path: Path, line: str) -> None:
+    table = tmp_path / "cpu_features.inc"
+    table.write_text(f'// header\n\nMY_OPS_X86_LEVEL("x86-64-v2")\n{line}\n')
+    with pytest.raises(ExportError, match=f"{re.escape(str(table))}:4: not a row"):
+        export_manifest.read_cpu_features(str(table))
+
+
+def test_reader_refuses_a_name_twice_for_one_target(tmp_path: Path) -> None:
+    table = tmp_path / "cpu_features.inc"
+    table.write_text(
+        'MY_OPS_X86_FEATURE("aes", "__AES__")\n'
+        'MY_OPS_AARCH64_FEATURE("aes", "__ARM_FEATURE_AES", AT_HWCAP, HWCAP_AES)\n'
+        'MY_OPS_X86_FEATURE("aes", "__VAES__")\n'
+    )
+    with pytest.raises(ExportError, match=":3: 'aes' is listed twice for linux-x86_64"):
+        export_manifest.read_cpu_features(str(table))
+
+
+def test_armv8_a_needs_fp_and_asimd_only() -> None:
+    features = export_manifest.cpu_features(_cross_cxx(), "armv8-a", "linux-aarch64")
+    assert features == ["asimd", "fp"]
+
+
+def test_armv8_2_a_with_dotprod_needs_asimddp() -> None:
+    features = export_manifest.cpu_features(_cross_cxx(), "armv8.2-a+dotprod", "linux-aarch64")
+    assert {"asimd", "fp", "asimddp", "asimdrdm", "atomics", "crc32"} <= set(features)
+    assert "sve" not in features
+
+
+def test_gcc_defines_every_aarch64_macro_of_the_table() -> None:
+    # A misspelt macro would never be defined, and its feature never asked for.
+    features = export_manifest.cpu_features(_cross_cxx(), AARCH64_EVERYTHING, "linux-aarch64")
+    assert sorted(row.name for row in _rows("linux-aarch64") if row.macro) == features
+
+
+def test_gcc_defines_every_x86_macro_of_the_table() -> None:
+    features = export_manifest.cpu_features(_host_x86_cxx(), X86_EVERYTHING, "linux-x86_64")
+    assert sorted(row.name for row in _rows("linux-x86_64") if row.macro) == features
+
+
+def test_a_compiler_for_another_target_is_refused() -> None:
+    with pytest.raises(ExportError, match="does not compile for linux-x86_64"):
+        export_manifest.cpu_features(_cross_cxx(), "armv8-a", "linux-x86_64")
+    with pytest.raises(ExportError, match="unknown target 'linux-riscv64'"):
+        export_manifest.cpu_features(_cross_cxx(), "armv8-a", "linux-riscv64")
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A stand-in package and op library, and torch as far as the manifest reads it."""
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(__version__="2.14.1+cpu"))
+    package = tmp_path / "model.pt2"
+    package.write_bytes(b"PK stand-in package")
+    library = tmp_path / "libmy_ops.so"
+    library.write_bytes(b"\x7fELF stand-in aarch64 op library")
+    return package, library
+
+
+def test_manifest_for_aarch64(files: tuple[Path, Path], tmp_path: Path) -> None:
+    package, library = files
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    export_manifest.write_manifest(
+        str(stage),
+        str(package),
+        "portable",
+        "cpu",
+        None,
+        target="linux-aarch64",
+        march="armv8-a",
+        cxx=_cross_cxx(),
+        op_library=str(library),
+    )
+    manifest = json.loads((stage / "manifest.json").read_text())
+    assert manifest["target"] == "linux-aarch64"
+    assert manifest["isa"] == "armv8-a"
+    assert manifest["cpu_features"] == ["asimd", "fp"]
+    assert manifest["op_libraries"] == [
+        {"file": "libmy_ops.so", "sha256": export_manifest.sha256_file(str(library))}
+    ]
+    assert not (stage / "manifest.sig").exists()
+
+
+def test_manifest_defaults_to_x86_64(files: tuple[Path, Path]) -> None:
+    package, library = files
+    text = export_manifest.make_manifest(
+        str(package), [str(library)], "portable", "cpu", cxx=_host_x86_cxx()
+    )
+    manifest = json.loads(text)
+    assert manifest["target"] == "linux-x86_64"
+    assert manifest["isa"] == "x86-64-v3"
+    assert {"avx2", "fma", "bmi2"} <= set(manifest["cpu_features"])
+
+
+def test_a_level_the_loader_cannot_check_is_refused(files: tuple[Path, Path]) -> None:
+    package, library = files
+    with pytest.raises(ExportError, match=r"-march=armv8\.2-a is not a level .* armv8-a or native"):
+        export_manifest.make_manifest(
+            str(package),
+            [str(library)],
+            "portable",
+            "cpu",
+            target="linux-aarch64",
+            march="armv8.2-a",
+            cxx=CROSS_CXX,
+        )
+    with pytest.raises(ExportError, match="cannot read op library"):
+        export_manifest.make_manifest(
+            str(package),
+            [str(library) + ".missing"],
+            "portable",
+            "cpu",
+            target="linux-aarch64",
+            march="armv8-a",
+            cxx=CROSS_CXX,
+        )
