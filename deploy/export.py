@@ -326,7 +326,9 @@ def run(args: argparse.Namespace) -> dict[str, float]:
                 except Exception as e:  # noqa: BLE001
                     raise ExportError(f"AOTInductor compile failed: {first_line(e)}") from e
             else:
-                generated = os.path.join(work, "generated.pt2")
+                # Named as the final package: the archive's top folder comes from it.
+                os.makedirs(os.path.join(work, "cpp"))
+                generated = os.path.join(work, "cpp", "model.pt2")
                 # The target's -march replaces the host's when the C++ is compiled.
                 for host_only in ("cpp.march", "cpp.simdlen"):
                     options.pop(host_only, None)
