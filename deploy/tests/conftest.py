@@ -65,6 +65,18 @@ LOADER_EXIT = {
     "integrity": 10,
 }
 
+# What an unpacked bundle holds (//deploy:bundle and //deploy:bundle_linux_aarch64).
+BUNDLE_FILES = (
+    "README.md",
+    "expected_output.pt",
+    "libmy_ops.so",
+    "loader",
+    "manifest.json",
+    "model.pt2",
+    "run.sh",
+    "sample_input.pt",
+)
+
 # Batch limit of the package the `exported` fixture makes.
 MAX_BATCH = 8
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import qemu_aarch64
 import torch
-from conftest import DEPLOY_DIR, LOADER_EXIT, absolute_from_env
+from conftest import BUNDLE_FILES, DEPLOY_DIR, LOADER_EXIT, absolute_from_env
 
 # default_model.py sits beside the tests' folder, as the exporter sees it.
 sys.path.insert(0, str(DEPLOY_DIR))
@@ -79,18 +79,7 @@ def _loader_args(
 
 def test_bundle_contents(bundle: Path) -> None:
     names = sorted(p.name for p in bundle.iterdir())
-    assert names == sorted(
-        [
-            "README.md",
-            "expected_output.pt",
-            "libmy_ops.so",
-            "loader",
-            "manifest.json",
-            "model.pt2",
-            "run.sh",
-            "sample_input.pt",
-        ]
-    )
+    assert names == sorted(BUNDLE_FILES)
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["target"] == "linux-aarch64"
     assert manifest["isa"] == "armv8-a"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import BUNDLE_FILES
 
 
 def _runfile(env_var: str) -> Path:
@@ -29,18 +30,7 @@ def bundle(tmp_path_factory) -> Path:
 
 def test_bundle_contents(bundle: Path) -> None:
     names = sorted(p.name for p in bundle.iterdir())
-    assert names == sorted(
-        [
-            "README.md",
-            "expected_output.pt",
-            "libmy_ops.so",
-            "loader",
-            "manifest.json",
-            "model.pt2",
-            "run.sh",
-            "sample_input.pt",
-        ]
-    )
+    assert names == sorted(BUNDLE_FILES)
     assert os.access(bundle / "run.sh", os.X_OK)
     assert os.access(bundle / "loader", os.X_OK)
 
