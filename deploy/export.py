@@ -316,7 +316,9 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         print(f"compiler: {compiler}", flush=True)
         if cross is not None:
             print(f"target:  {cross.name}, compiled by {cross_files.compiler} -march={cross.march}")
-        options = inductor_options(args.device, args.isa, cxx, input_signature(ep))
+        options = inductor_options(
+            args.device, args.isa, cxx, input_signature(ep), cross=cross is not None
+        )
         with _stage("compile", times):
             if cross is None:
                 try:
@@ -329,9 +331,6 @@ def run(args: argparse.Namespace) -> dict[str, float]:
                 # Named as the final package: the archive's top folder comes from it.
                 os.makedirs(os.path.join(work, "cpp"))
                 generated = os.path.join(work, "cpp", "model.pt2")
-                # The target's -march replaces the host's when the C++ is compiled.
-                for host_only in ("cpp.march", "cpp.simdlen"):
-                    options.pop(host_only, None)
                 try:
                     with forced_vec_isa(cross):
                         torch._inductor.aoti_compile_and_package(

@@ -47,6 +47,16 @@ def runfiles_roots() -> list[str]:
     return [r for r in roots if r]
 
 
+def read_compiler_info(path: str, root: str) -> dict[str, Any]:
+    """A cc_compiler_info JSON file, with %runfiles% in every flag list replaced by `root`."""
+    with open(path) as f:
+        info = json.load(f)
+    for key, value in info.items():
+        if key.endswith("_flags"):
+            info[key] = [flag.replace("%runfiles%", root) for flag in value]
+    return info
+
+
 def _toolchain_compiler() -> tuple[str, list[str], list[str], str]:
     """The compiler for Inductor: (path, compile flags, link flags, description).
 
@@ -59,18 +69,12 @@ def _toolchain_compiler() -> tuple[str, list[str], list[str], str]:
     for root in runfiles_roots():
         path = os.path.join(root, _TOOLCHAIN_JSON)
         if os.path.isfile(path):
-            with open(path) as f:
-                info = json.load(f)
-
-            def resolve(flags: list[str], root: str = root) -> list[str]:
-                return [flag.replace("%runfiles%", root) for flag in flags]
-
-            sysroot = info["sysroot"]
-            what = "with the sysroot" if sysroot else "host headers and libraries"
+            info = read_compiler_info(path, root)
+            what = "with the sysroot" if info["sysroot"] else "host headers and libraries"
             return (
                 info["compiler"],
-                resolve(info["compile_flags"]),
-                resolve(info["link_flags"]),
+                info["compile_flags"],
+                info["link_flags"],
                 f"{info['compiler']} ({what})",
             )
     return "g++", [], [], "g++ from PATH (no Bazel toolchain description found)"
@@ -166,8 +170,14 @@ def input_signature(ep: Any) -> str | None:
     return ";".join(parts)
 
 
-def inductor_options(device: str, isa: str, cxx: str, signature: str | None) -> dict[str, Any]:
-    """Every Inductor config the export sets, as aoti_compile_and_package takes them."""
+def inductor_options(
+    device: str, isa: str, cxx: str, signature: str | None, *, cross: bool = False
+) -> dict[str, Any]:
+    """Every Inductor config the export sets, as aoti_compile_and_package takes them.
+
+    For a cross target (`cross`) the host's -march and SIMD width stay unset:
+    the target's -march replaces -march=native when the C++ is compiled.
+    """
     opts: dict[str, Any] = {
         "cpp.cxx": (None, cxx),
         # The loader turns on AOTI_RUNTIME_CHECK_INPUTS; without this those
@@ -177,6 +187,8 @@ def inductor_options(device: str, isa: str, cxx: str, signature: str | None) -> 
     }
     if signature is not None:
         opts["aot_inductor.metadata"] = {"my_ops.inputs": signature}
+    if cross:
+        return opts
     opts["cpp.march"] = MARCH[isa]
     if isa == "portable":
         # x86-64-v3 = AVX2/FMA: runs on any x86 CPU from the last ~10 years,

@@ -26,6 +26,7 @@ import zipfile
 from collections.abc import Iterator
 from typing import Any
 
+from export_compile import read_compiler_info
 from export_error import ExportError, first_line
 
 HOST_TARGET = "linux-x86_64"
@@ -78,16 +79,11 @@ def target_files(target: CrossTarget, roots: list[str]) -> TargetFiles:
             continue
         if not os.path.isfile(library):
             raise ExportError(f"{root} has the {target.name} compiler but not {target.op_library}")
-        with open(info_path) as f:
-            info = json.load(f)
-
-        def resolve(flags: list[str], root: str = root) -> list[str]:
-            return [flag.replace("%runfiles%", root) for flag in flags]
-
+        info = read_compiler_info(info_path, root)
         return TargetFiles(
             compiler=info["compiler"],
-            compile_flags=resolve(info["compile_flags"] + info["library_compile_flags"]),
-            link_flags=resolve(info["link_flags"] + info["library_link_flags"]),
+            compile_flags=info["compile_flags"] + info["library_compile_flags"],
+            link_flags=info["link_flags"] + info["library_link_flags"],
             op_library=os.path.realpath(library),
         )
     raise ExportError(
