@@ -1,14 +1,16 @@
-"""A user model for the linux-aarch64 export test: each op of the library on its own.
+"""A user model for the linux-aarch64 export test: every op of the library on its own.
 
-Every output is one op's result on the inputs, not a chain, so each is compared
-with its float64 reference (my_ops.reference) by itself. The hidden size, 131,
-is odd: the NEON kernels' 4-lane main loops and their scalar tails both run.
-Factory protocol: see deploy/default_model.py.
+The model calls each op of ``my_ops.ops.SPECS`` once per choice it offers (gelu's
+``approximate``, ...), plus the RMSNorm custom class. Every output is one call's result on
+the inputs, not a chain, so each is compared with its op's float64 reference by itself. The
+hidden size, 131, is odd: the NEON kernels' 4-lane main loops and their scalar tails both
+run. Factory protocol: see deploy/default_model.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Any
 
@@ -16,6 +18,7 @@ import torch
 from torch import nn
 
 import my_ops
+from my_ops.ops._spec import Choice, LastDimVector, LikePrimary, NonNegativeFloat, Primary
 
 HIDDEN = 131
 SEQ = 5
@@ -29,41 +32,112 @@ def _det(shape: tuple[int, ...], offset: float) -> torch.Tensor:
     return v.reshape(shape).to(torch.float32)
 
 
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One op call: which model inputs it takes, its fixed vectors and scalars."""
+
+    spec: Any
+    scalars: dict[str, Any]
+    n_inputs: int  # the primary and the tensors shaped like it, in argument order
+
+    @property
+    def name(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.scalars.items())
+        return f"{self.spec.name}({shown})"
+
+
+def _calls() -> list[Call]:
+    calls = []
+    for spec in my_ops.ops.SPECS.values():
+        choices = {n: r.values for n, r in spec.arguments.items() if isinstance(r, Choice)}
+        floats = {
+            n: r.samples[0] for n, r in spec.arguments.items() if isinstance(r, NonNegativeFloat)
+        }
+        n_inputs = sum(isinstance(r, Primary | LikePrimary) for r in spec.arguments.values())
+        for combo in itertools.product(*choices.values()):
+            scalars = {**dict(zip(choices, combo, strict=True)), **floats}
+            calls.append(Call(spec, scalars, n_inputs))
+    return calls
+
+
+CALLS = _calls()
+
+
+def _vector(length: int, offset: float) -> torch.Tensor:
+    # Near 1, so that weights scale rather than cancel.
+    return 1.0 + _det((length,), offset) * 0.1
+
+
 class OpsModel(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.bias = nn.Parameter(_det((HIDDEN,), 1.0) * 0.1, requires_grad=False)
-        self.weight = nn.Parameter(1.0 + _det((HIDDEN,), 2.0) * 0.1, requires_grad=False)
-        self.norm = my_ops.RMSNorm(self.weight.detach().clone(), eps=EPS)
+        self.vectors = nn.ParameterDict()
+        for i, call in enumerate(CALLS):
+            for name, role in call.spec.arguments.items():
+                if isinstance(role, LastDimVector):
+                    length = HIDDEN * call.spec.primary.last_dim_multiple
+                    self.vectors[f"{i}_{name}"] = nn.Parameter(
+                        _vector(length, i + 1.0), requires_grad=False
+                    )
+        self.norm_weight = nn.Parameter(_vector(HIDDEN, 2.0), requires_grad=False)
+        self.norm = my_ops.RMSNorm(self.norm_weight.detach().clone(), eps=EPS)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        normed, summed = my_ops.fused_add_rms_norm(x, residual, self.weight, EPS)
-        return (
-            my_ops.identity_conv(x),
-            my_ops.fused_bias_gelu(x, self.bias),
-            my_ops.fused_bias_gelu(x, self.bias, "tanh"),
-            normed,
-            summed,
-            self.norm(x),
-        )
+    def arguments(self, i: int, call: Call, inputs) -> list:
+        given = iter(inputs)
+        args = []
+        for name, role in call.spec.arguments.items():
+            if isinstance(role, Primary | LikePrimary):
+                args.append(next(given))
+            elif isinstance(role, LastDimVector):
+                args.append(self.vectors[f"{i}_{name}"])
+            else:
+                args.append(call.scalars[name])
+        return args
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outputs: list[torch.Tensor] = []
+        offset = 0
+        for i, call in enumerate(CALLS):
+            args = self.arguments(i, call, inputs[offset : offset + call.n_inputs])
+            offset += call.n_inputs
+            result = call.spec.wrapper(*args)
+            outputs += result if isinstance(result, tuple) else (result,)
+        outputs.append(self.norm(inputs[offset]))
+        return tuple(outputs)
 
 
-def reference(model: OpsModel, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def output_checks() -> list[tuple[str, dict]]:
+    """(name, float32 tolerance) of each output, in order."""
+    checks = []
+    for call in CALLS:
+        n = len(call.spec.op._schema.returns)
+        tol = dict(call.spec.tolerances[torch.float32])
+        checks += [(f"{call.name} output {k}", tol) for k in range(n)]
+    # The class: the suite's float32 tolerance (see my_ops.ops._spec.DEFAULT_TOLERANCES).
+    checks.append(("RMSNorm.forward", {"rtol": 2e-5, "atol": 1e-5}))
+    return checks
+
+
+def reference(model: OpsModel, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The float64 references of forward's outputs, rounded once to float32."""
-    ref = my_ops.reference
-    normed, summed = ref.add_rms_norm(x, residual, model.weight, EPS)
-    return (
-        ref.identity(x),
-        ref.bias_gelu(x, model.bias),
-        ref.bias_gelu(x, model.bias, "tanh"),
-        normed,
-        summed,
-        ref.rms_norm(x, model.weight, EPS),
-    )
+    outputs: list[torch.Tensor] = []
+    offset = 0
+    for i, call in enumerate(CALLS):
+        args = model.arguments(i, call, inputs[offset : offset + call.n_inputs])
+        offset += call.n_inputs
+        result = call.spec.reference(*args)
+        outputs += result if isinstance(result, tuple) else (result,)
+    outputs.append(my_ops.nn.reference(inputs[offset], model.norm_weight, EPS))
+    return tuple(outputs)
 
 
-def inputs(batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-    return _det((batch, SEQ, HIDDEN), 0.3 * batch), _det((batch, SEQ, HIDDEN), 5.0 + batch)
+def inputs(batch: int) -> tuple[torch.Tensor, ...]:
+    shapes = [
+        (batch, SEQ, HIDDEN * call.spec.primary.last_dim_multiple)
+        for call in CALLS
+        for _ in range(call.n_inputs)
+    ] + [(batch, SEQ, HIDDEN)]
+    return tuple(_det(shape, 0.3 * batch + 5.0 * k) for k, shape in enumerate(shapes))
 
 
 @dataclasses.dataclass
@@ -77,10 +151,12 @@ class Spec:
 
 def make_model(max_batch: int = 8) -> Spec:
     batch = torch.export.Dim("batch", min=1, max=max_batch)
+    example = inputs(2)
     return Spec(
         module=OpsModel().eval(),
-        example_inputs=inputs(2),
-        dynamic_shapes=({0: batch}, {0: batch}),
+        example_inputs=example,
+        # forward takes *inputs: torch.export matches its dynamic shapes by that name.
+        dynamic_shapes={"inputs": tuple({0: batch} for _ in example)},
         make_inputs=inputs,
         max_batch=max_batch,
     )

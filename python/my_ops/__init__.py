@@ -7,13 +7,16 @@ are registered once, before any op is used through torch.export or torch.compile
 the library cannot be found the import still succeeds; the first use of an op raises
 :class:`LibraryNotFoundError` naming every path that was tried. Call
 :func:`load_library` with an explicit path to load it by hand.
+
+Each op is ``my_ops.<op>`` (a typed wrapper); its module ``my_ops.ops.<op>`` holds its
+fake, autograd formula, float64 reference and spec (see :mod:`my_ops.ops`).
 """
 
 from __future__ import annotations
 
 import torch
 
-from . import _autograd, _fakes, _library, reference
+from . import _library, nn, ops
 from ._library import (
     ENV_VAR,
     LibraryNotFoundError,
@@ -23,21 +26,27 @@ from ._library import (
     loaded_path,
 )
 from .nn import RMSNorm
-from .ops import fused_add_rms_norm, fused_bias_gelu, identity_conv
+
+OP_WRAPPERS = {spec.wrapper.__name__: spec.wrapper for spec in ops.SPECS.values()}
+globals().update(OP_WRAPPERS)
 
 __all__ = [
     "ENV_VAR",
     "LibraryNotFoundError",
     "RMSNorm",
     "candidate_paths",
-    "fused_add_rms_norm",
-    "fused_bias_gelu",
-    "identity_conv",
     "is_loaded",
     "load_library",
     "loaded_path",
-    "reference",
+    "ops",
+    *sorted(OP_WRAPPERS),
 ]
+
+
+def _register_fake(qualname: str, fake) -> None:
+    # libmy_ops.so names this module (set_python_module) as the home of its fakes, and
+    # torch rejects a fake registered from any other module, so the call is made here.
+    torch.library.register_fake(qualname)(fake)
 
 
 _python_side_registered = False
@@ -47,13 +56,8 @@ def _register_python_side() -> None:
     global _python_side_registered
     if _python_side_registered:
         return
-    # libmy_ops.so names this module (set_python_module) as the home of its fakes, and
-    # torch rejects a fake registered from any other module, so this loop stays here.
-    for qualname, fake in _fakes.FAKE_IMPLS.items():
-        torch.library.register_fake(qualname)(fake)
-    for qualname, fake_class in _fakes.FAKE_CLASSES.items():
-        torch._library.register_fake_class(qualname)(fake_class)
-    _autograd.register()
+    ops.register_all(_register_fake)
+    torch._library.register_fake_class("my_ops::RMSNorm")(nn.FakeRMSNorm)
     _python_side_registered = True
 
 

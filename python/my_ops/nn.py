@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from . import _library
+from .ops import fused_add_rms_norm
 
-__all__ = ["RMSNorm"]
+__all__ = ["FakeRMSNorm", "RMSNorm", "reference"]
 
 
 class RMSNorm(torch.nn.Module):
@@ -18,12 +19,15 @@ class RMSNorm(torch.nn.Module):
 
     Args:
         weight_or_hidden_size: a 1-D weight tensor, or an int ``hidden_size`` (weight of ones).
-        eps: non-negative constant added to the mean square.
+        eps: non-negative constant added to the mean square; by default the one the
+            ``fused_add_rms_norm`` schema declares (1e-6).
     """
 
-    def __init__(self, weight_or_hidden_size: torch.Tensor | int, eps: float = 1e-6):
+    def __init__(self, weight_or_hidden_size: torch.Tensor | int, eps: float | None = None):
         super().__init__()
         _library.ensure_loaded()
+        if eps is None:
+            eps = fused_add_rms_norm.SPEC.schema_default("eps")
         if isinstance(weight_or_hidden_size, torch.Tensor):
             weight = weight_or_hidden_size.detach().clone()
         else:
@@ -63,3 +67,43 @@ class RMSNorm(torch.nn.Module):
     def extra_repr(self) -> str:
         w = self.weight
         return f"{w.shape[0]}, eps={self.eps}, dtype={w.dtype}, device={w.device}"
+
+
+class FakeRMSNorm:
+    """Fake counterpart of ``torch.classes.my_ops.RMSNorm`` for torch.export / compile.
+
+    Fields are stored as ``_weight``/``_eps``: an attribute named like a C++ method
+    (``weight``/``eps``) would shadow the method and break torch.export.
+    """
+
+    def __init__(self, weight: torch.Tensor, eps: float):
+        self._weight = weight
+        self._eps = eps
+
+    @classmethod
+    def __obj_unflatten__(cls, flat):
+        fields = dict(flat)
+        return cls(fields["weight"], fields["eps"])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fused_add_rms_norm.fake(x, x, self._weight, self._eps)[0]
+
+    def forward_residual(
+        self, x: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return fused_add_rms_norm.fake(x, residual, self._weight, self._eps)
+
+    def weight(self) -> torch.Tensor:
+        return self._weight
+
+    def eps(self) -> float:
+        return self._eps
+
+
+def reference(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The float64 reference of ``RMSNorm.forward`` (or ``forward_residual`` with residual)."""
+    if residual is None:
+        return fused_add_rms_norm.rms_norm_reference(x, weight, eps)
+    return fused_add_rms_norm.reference(x, residual, weight, eps)

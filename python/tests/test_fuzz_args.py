@@ -1,14 +1,14 @@
 r"""Fuzzing the argument checks: random, mostly invalid arguments for every op and the class.
 
-Each example calls one of ``torch.ops.my_ops.*`` or ``torch.classes.my_ops.RMSNorm`` with
-tensors of random dtype (floating, integer, bool, complex), rank 0-4, sizes including 0,
-mismatched shapes, devices (meta included) and layouts (strided, transposed, zero-stride
-expanded), or with None or Python scalars in place of tensors, and eps / approximate values
-that are NaN, infinite, negative, mistyped or misspelt. Every example must either succeed and
-match the float64 reference (``my_ops.reference``, with the tolerances of ``testing_utils``)
-or raise RuntimeError, TypeError or ValueError whose message names an argument that is
-actually wrong. A crash or hang fails the run (a hang after ``HANG_SECONDS``, with a
-traceback).
+Each example calls one of ``torch.ops.my_ops.*`` (every op of ``my_ops.ops.SPECS``, its
+arguments drawn from their roles) or ``torch.classes.my_ops.RMSNorm`` with tensors of random
+dtype (floating, integer, bool, complex), rank 0-4, sizes including 0, mismatched shapes,
+devices (meta included) and layouts (strided, transposed, zero-stride expanded), or with None
+or Python scalars in place of tensors, and floats / choices that are NaN, infinite, negative,
+mistyped or misspelt. Every example must either succeed and match the op's float64 reference
+(with the op's tolerances) or raise RuntimeError, TypeError or ValueError whose message names
+an argument that is actually wrong. A crash or hang fails the run (a hang after
+``HANG_SECONDS``, with a traceback).
 
 CI runs a fixed set of 100 examples per op and device. A longer run by hand, whose statistics
 count the valid calls, the rejections by argument and the known gaps:
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import functools
 import math
 import os
 import re
@@ -41,8 +42,9 @@ try:
 except ImportError:  # tools/gpu_check runs the suite with a stub when hypothesis is missing
     pytest.skip("hypothesis is not installed", allow_module_level=True)
 
-from my_ops import reference
-from testing_utils import DEVICES, FLOAT_DTYPES, hypothesis_settings, run_this_file, tol
+import my_ops
+from my_ops.ops._spec import Choice, LastDimVector, LikePrimary, NonNegativeFloat, Primary
+from testing_utils import DEVICES, FLOAT_DTYPES, TOLERANCES, hypothesis_settings, run_this_file
 
 EXAMPLES = int(os.environ.get("MY_OPS_FUZZ_EXAMPLES", "100"))
 SEED = os.environ.get("MY_OPS_FUZZ_SEED")
@@ -259,12 +261,16 @@ wrong_eps = st.one_of(
     st.sampled_from([None, "1e-6", 1j]),
     eps_tensors(valid=False),
 )
-valid_approximate = st.sampled_from(["none", "tanh"])
-wrong_approximate = st.one_of(
-    st.sampled_from(["None", "TANH", "erf", "", " none", "tanh ", "tanh\x00", "nonë"]),
-    st.text(max_size=6),
-    st.sampled_from([None, 0, 1.0]),
-)
+
+
+def wrong_choices(values: tuple[str, ...]):
+    """Strings that are nearly, or not at all, one of ``values``, and non-strings."""
+    near = [v.upper() for v in values] + [f" {v}" for v in values] + [f"{v}\x00" for v in values]
+    return st.one_of(
+        st.sampled_from([*near, "", "nonë"]),
+        st.text(max_size=6),
+        st.sampled_from([None, 0, 1.0]),
+    )
 
 
 def _devices(device: str) -> list[str]:
@@ -280,7 +286,7 @@ def _devices(device: str) -> list[str]:
 
 
 @st.composite
-def primaries(draw, device: str, faulty: bool):
+def primaries(draw, device: str, faulty: bool, last_dim_multiple: int = 1):
     """``(x, x_shape, dtype, devices)``: the others are valid when they follow x's dtype, shape
     and device."""
     devices = _devices(device)
@@ -288,15 +294,19 @@ def primaries(draw, device: str, faulty: bool):
         devices[:2] = ["meta", device]
     dtype = draw(st.sampled_from(FLOAT_DTYPES))
     x_shape = draw(shapes(min_rank=1))
+    x_shape = (*x_shape[:-1], x_shape[-1] * last_dim_multiple)
     if not faulty:
         return draw(tensors(x_shape, dtype, devices[0])), x_shape, dtype, devices
-    kind = draw(st.sampled_from(["none", "scalar", "dtype", "0-d", "any"]))
+    kinds = ["none", "scalar", "dtype", "0-d", "any"]
+    kind = draw(st.sampled_from(kinds + (["last-dim"] if last_dim_multiple > 1 else [])))
     if kind == "none":
         return None, x_shape, dtype, devices
     if kind == "scalar":
         return draw(python_scalars), x_shape, dtype, devices
     if kind == "0-d":
         x_shape = ()
+    elif kind == "last-dim":
+        x_shape = (*x_shape[:-1], x_shape[-1] + draw(st.integers(1, last_dim_multiple - 1)))
     elif kind == "dtype":
         dtype = draw(st.sampled_from(OTHER_DTYPES))
     else:
@@ -304,15 +314,8 @@ def primaries(draw, device: str, faulty: bool):
     return draw(tensors(x_shape, dtype, devices[0])), x_shape, dtype, devices
 
 
-@st.composite
-def identity_calls(draw, device: str):
-    wrong = draw(faults(["x"]))
-    x, *_ = draw(primaries(device, "x" in wrong))
-    return Case("identity_conv_op", (("x", "Tensor", x),))
-
-
-def _like_x(wrong: bool, name: str, x_shape, dtype, devices):
-    if name in ("bias", "weight"):
+def _like_x(wrong: bool, vector: bool, x_shape, dtype, devices):
+    if vector:
         n = x_shape[-1] if x_shape else 3
         shape, wrong_shape = (n,), wrong_vector_shapes(x_shape)
     else:
@@ -322,46 +325,42 @@ def _like_x(wrong: bool, name: str, x_shape, dtype, devices):
     return tensors(shape, dtype, devices[0])
 
 
-@st.composite
-def bias_gelu_calls(draw, device: str):
-    wrong = draw(faults(["x", "bias", "approximate"]))
-    x, x_shape, dtype, devices = draw(primaries(device, "x" in wrong))
-    bias = draw(_like_x("bias" in wrong, "bias", x_shape, dtype, devices))
-    approximate = draw(wrong_approximate if "approximate" in wrong else valid_approximate)
-    return Case(
-        "fused_bias_gelu",
-        (("x", "Tensor", x), ("bias", "Tensor", bias), ("approximate", "str", approximate)),
-    )
+SCHEMA_TYPES = {NonNegativeFloat: "float", Choice: "str"}
 
 
 @st.composite
-def add_rms_norm_calls(draw, device: str):
-    wrong = draw(faults(["x", "residual", "weight", "eps"]))
-    x, x_shape, dtype, devices = draw(primaries(device, "x" in wrong))
-    residual = draw(_like_x("residual" in wrong, "residual", x_shape, dtype, devices))
-    weight = draw(_like_x("weight" in wrong, "weight", x_shape, dtype, devices))
-    eps = draw(wrong_eps if "eps" in wrong else st.one_of(valid_eps, eps_tensors(valid=True)))
-    return Case(
-        "fused_add_rms_norm",
-        (
-            ("x", "Tensor", x),
-            ("residual", "Tensor", residual),
-            ("weight", "Tensor", weight),
-            ("eps", "float", eps),
-        ),
-    )
+def op_calls(draw, spec, device: str):
+    """A call of ``spec``'s op: each argument drawn from its role, some of them wrong."""
+    wrong = draw(faults(list(spec.arguments)))
+    args = []
+    for name, role in spec.arguments.items():
+        if isinstance(role, Primary):
+            x, x_shape, dtype, devices = draw(
+                primaries(device, name in wrong, role.last_dim_multiple)
+            )
+            value = x
+        elif isinstance(role, LikePrimary | LastDimVector):
+            vector = isinstance(role, LastDimVector)
+            value = draw(_like_x(name in wrong, vector, x_shape, dtype, devices))
+        elif isinstance(role, NonNegativeFloat):
+            value = draw(wrong_eps if name in wrong else st.one_of(valid_eps, eps_tensors(True)))
+        else:
+            valid = st.sampled_from(role.values)
+            value = draw(wrong_choices(role.values) if name in wrong else valid)
+        args.append((name, SCHEMA_TYPES.get(type(role), "Tensor"), value))
+    return Case(spec.name, tuple(args))
 
 
 @st.composite
 def class_calls(draw, device: str):
     wrong = draw(faults(["x", "residual", "weight", "eps"]))
     x, x_shape, dtype, devices = draw(primaries(device, "x" in wrong))
-    weight = draw(_like_x("weight" in wrong, "weight", x_shape, dtype, devices))
+    weight = draw(_like_x("weight" in wrong, True, x_shape, dtype, devices))
     eps = draw(wrong_eps if "eps" in wrong else valid_eps)
     ctor = (("weight", "Tensor", weight), ("eps", "float", eps))
     if draw(st.booleans()):
         return Case("RMSNorm.forward", (("x", "Tensor", x),), ctor)
-    residual = draw(_like_x("residual" in wrong, "residual", x_shape, dtype, devices))
+    residual = draw(_like_x("residual" in wrong, False, x_shape, dtype, devices))
     return Case(
         "RMSNorm.forward_residual", (("x", "Tensor", x), ("residual", "Tensor", residual)), ctor
     )
@@ -392,8 +391,10 @@ def _schema_error(params) -> set[str]:
     return set()
 
 
-def _bad_primary(x) -> bool:
-    return x is None or x.dtype not in FLOATING or not x.shape
+def _bad_primary(x, last_dim_multiple: int = 1) -> bool:
+    if x is None or x.dtype not in FLOATING or not x.shape:
+        return True
+    return x.shape[-1] % last_dim_multiple != 0
 
 
 def _wrong_like_x(t, x, *, vector: bool) -> bool:
@@ -407,39 +408,35 @@ def _wrong_like_x(t, x, *, vector: bool) -> bool:
     return t.shape != (x.shape[-1],) if vector else t.shape != x.shape
 
 
-_ABSENT = object()  # an argument the op does not take
-
-
-def _op_blame(
-    x, residual=_ABSENT, weight=_ABSENT, bias=_ABSENT, eps=_ABSENT, approximate=_ABSENT
-) -> set[str]:
-    """Names of every argument that breaks a check; empty when the call is valid."""
-    blame = {"x"} if _bad_primary(x) else set()
-    for name, t, vector in (("residual", residual, False), ("weight", weight, True)):
-        if t is not _ABSENT and _wrong_like_x(t, x, vector=vector):
+def _role_blame(roles: dict, value) -> set[str]:
+    """Names of every argument that breaks what its role allows; empty when the call is valid."""
+    x_name, x_role = next((n, r) for n, r in roles.items() if isinstance(r, Primary))
+    x = value(x_name)
+    blame = {x_name} if _bad_primary(x, x_role.last_dim_multiple) else set()
+    for name, role in roles.items():
+        v = value(name)
+        if isinstance(role, LikePrimary | LastDimVector):
+            wrong = _wrong_like_x(v, x, vector=isinstance(role, LastDimVector))
+        elif isinstance(role, NonNegativeFloat):
+            wrong = not _as_float(v) >= 0
+        elif isinstance(role, Choice):
+            wrong = v not in role.values
+        else:
+            continue
+        if wrong:
             blame.add(name)
-    if bias is not _ABSENT and _wrong_like_x(bias, x, vector=True):
-        blame.add("bias")
-    if eps is not _ABSENT and not _as_float(eps) >= 0:
-        blame.add("eps")
-    if approximate is not _ABSENT and approximate not in ("none", "tanh"):
-        blame.add("approximate")
     return blame
+
+
+# The class's methods check their arguments as these roles (the weight against x).
+CLASS_ROLES = {"x": Primary(), "residual": LikePrimary(), "weight": LastDimVector()}
 
 
 def expected_blame(case: Case) -> set[str]:
     """What a correct implementation does with ``case``: {} succeeds, else names one of these."""
     a = case.arg
-    if case.target == "identity_conv_op":
-        return _schema_error(case.args) or _op_blame(a("x"))
-    if case.target == "fused_bias_gelu":
-        return _schema_error(case.args) or _op_blame(
-            a("x"), bias=a("bias"), approximate=a("approximate")
-        )
-    if case.target == "fused_add_rms_norm":
-        return _schema_error(case.args) or _op_blame(
-            a("x"), a("residual"), a("weight"), eps=a("eps")
-        )
+    if not case.ctor:
+        return _schema_error(case.args) or _role_blame(SPECS[case.target].arguments, a)
     # The class: the constructor checks weight and eps, the method the rest.
     weight, eps = a("weight"), a("eps")
     blame = _schema_error(case.ctor)
@@ -451,8 +448,8 @@ def expected_blame(case: Case) -> set[str]:
         blame.add("eps")
     if blame:
         return blame
-    residual = a("residual") if case.target == "RMSNorm.forward_residual" else _ABSENT
-    return _schema_error(case.args) or _op_blame(a("x"), residual, weight)
+    roles = {n: CLASS_ROLES[n] for n, _, _ in case.ctor + case.args if n in CLASS_ROLES}
+    return _schema_error(case.args) or _role_blame(roles, a)
 
 
 def _subject(message: str) -> str | None:
@@ -497,12 +494,10 @@ def _call(case: Case, values: dict):
     return method(*(values[n] for n, _, _ in case.args))
 
 
-def _check_output(
-    case: Case, name: str, actual, expected: torch.Tensor, x: torch.Tensor, exact: bool = False
-):
+def _check_output(case: Case, name: str, actual, expected, x: torch.Tensor, tolerances=None):
     assert isinstance(actual, torch.Tensor), f"{case}: {name} is a {type(actual).__name__}"
     got = (tuple(actual.shape), actual.dtype, actual.device)
-    want = (tuple(x.shape), x.dtype, x.device)
+    want = (tuple(expected.shape), expected.dtype, expected.device)
     assert got == want, f"{case}: {name} is {got}, expected {want}"
     assert actual.is_contiguous(), f"{case}: {name} is not contiguous"
     if actual.device.type == "meta":
@@ -512,7 +507,7 @@ def _check_output(
     torch.testing.assert_close(
         actual.double(),
         expected.double(),
-        **({"rtol": 0.0, "atol": 0.0} if exact else tol(x.dtype)),
+        **(tolerances or TOLERANCES)[x.dtype],
         equal_nan=True,
         msg=lambda m: f"{case}: {name} differs from the float64 reference\n{m}",
     )
@@ -520,22 +515,18 @@ def _check_output(
 
 def _check_result(case: Case, values: dict, result) -> None:
     x = values["x"]
-    if case.target == "identity_conv_op":
-        _check_output(case, "output", result, x, x, exact=True)
-        return
-    if case.target == "fused_bias_gelu":
-        expected = reference.bias_gelu(x, values["bias"], values["approximate"])
-        _check_output(case, "output", result, expected, x)
-        return
-    eps = _as_float(case.arg("eps"))
-    weight = values["weight"]
-    if case.target == "RMSNorm.forward":
-        _check_output(case, "output", result, reference.rms_norm(x, weight, eps), x)
-        return
-    assert isinstance(result, tuple) and len(result) == 2, f"{case}: returned {result!r}"
-    y_ref, h_ref = reference.add_rms_norm(x, values["residual"], weight, eps)
-    _check_output(case, "normalized", result[0], y_ref, x)
-    _check_output(case, "sum", result[1], h_ref, x)
+    if not case.ctor:
+        spec = SPECS[case.target]
+        args = [_as_float(v) if typ == "float" else values[n] for n, typ, v in case.args]
+        expected, tolerances = spec.reference(*args), spec.tolerances
+    else:
+        eps, residual = _as_float(case.arg("eps")), values.get("residual")
+        expected, tolerances = my_ops.nn.reference(x, values["weight"], eps, residual), None
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    result = result if isinstance(result, tuple) else (result,)
+    assert len(result) == len(expected), f"{case}: returned {result!r}"
+    for i, (actual, want) in enumerate(zip(result, expected, strict=True)):
+        _check_output(case, f"output {i}", actual, want, x, tolerances)
 
 
 def run_case(case: Case) -> None:
@@ -571,10 +562,9 @@ def run_case(case: Case) -> None:
 
 # --- tests ------------------------------------------------------------------------------------
 
+SPECS = my_ops.ops.SPECS
 STRATEGIES: dict[str, Callable] = {
-    "identity_conv_op": identity_calls,
-    "fused_bias_gelu": bias_gelu_calls,
-    "fused_add_rms_norm": add_rms_norm_calls,
+    **{name: functools.partial(op_calls, spec) for name, spec in SPECS.items()},
     "RMSNorm": class_calls,
 }
 

@@ -19,7 +19,7 @@ PROBE = (
     "print('FILE', my_ops.__file__)\n"
     "print('LOADED', my_ops.is_loaded(), my_ops.loaded_path())\n"
     "try:\n"
-    "    out = my_ops.fused_bias_gelu(torch.zeros(2), torch.zeros(2))\n"
+    "    out = my_ops.RMSNorm(2)(torch.zeros(2))\n"
     "    print('RESULT', out.tolist())\n"
     "except my_ops.LibraryNotFoundError as e:\n"
     "    print('NOTFOUND', e.paths_tried)\n"
@@ -164,7 +164,9 @@ def test_load_library_is_idempotent(real_library):
     assert my_ops.load_library() == real_library
     assert real_library in torch.ops.loaded_libraries
     x = torch.randn(3, 4)
-    torch.testing.assert_close(my_ops.identity_conv(x), x)
+    torch.testing.assert_close(
+        my_ops.RMSNorm(4, eps=0.0)(x), my_ops.nn.reference(x, torch.ones(4), 0.0)
+    )
 
 
 def test_second_copy_is_refused(tmp_path, real_library):

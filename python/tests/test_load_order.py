@@ -17,8 +17,6 @@ import pytest
 import my_ops
 from testing_utils import run_this_file
 
-_OPS = ("identity_conv_op", "fused_bias_gelu", "fused_add_rms_norm")
-
 # Loads the library the way the torch tutorials do, then imports the package, then uses
 # the raw torch.ops / torch.classes entry points (the package's own wrappers would load
 # the library on first use and hide a missing registration).
@@ -32,50 +30,34 @@ lib = os.environ["LOAD_ORDER_LIBRARY"]
 torch.ops.load_library(lib)
 
 import my_ops
-from my_ops import reference
+from op_table import SPECS, assert_matches_reference, make_args, tensor_args
 
 assert my_ops.is_loaded(), "import my_ops did not take over the library loaded by hand"
 assert my_ops.loaded_path() == os.path.realpath(lib), my_ops.loaded_path()
 
-
-class Model(torch.nn.Module):
-    def __init__(self, weight):
-        super().__init__()
-        self.norm = my_ops.RMSNorm(weight, 1e-5)
-
-    def forward(self, x, bias, residual, weight):
-        a = torch.ops.my_ops.identity_conv_op(x)
-        g = torch.ops.my_ops.fused_bias_gelu(a, bias, "tanh")
-        y, h = torch.ops.my_ops.fused_add_rms_norm(g, residual, weight, 1e-5)
-        return self.norm(y), h
-
-
 torch.manual_seed(0)
 # float64 throughout, so the float64 reference is exact up to libm rounding (a few ulp).
-x, residual = torch.randn(3, 8, dtype=torch.float64), torch.randn(3, 8, dtype=torch.float64)
-bias, weight = torch.randn(8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
-args = (x, bias, residual, weight)
-ep = torch.export.export(Model(weight), args, strict=False)
+for spec in SPECS:
+    args = make_args(spec, (3, 8), torch.float64, "cpu")
+
+    class Model(torch.nn.Module):
+        def forward(self, *tensors):
+            given = iter(tensors)
+            return spec.op(*(next(given) if torch.is_tensor(a) else a for a in args))
+
+    tensors = tuple(tensor_args(args))
+    ep = torch.export.export(Model(), tensors, strict=False)
+    assert spec.op in {n.target for n in ep.graph.nodes}, ep.graph
+    assert_matches_reference(spec, args, ep.module()(*tensors))
+    result = torch.library.opcheck(spec.op, args)
+    assert all(v == "SUCCESS" for v in result.values()), (spec.name, result)
+
+x, weight = torch.randn(3, 8, dtype=torch.float64), torch.randn(8, dtype=torch.float64)
+ep = torch.export.export(my_ops.RMSNorm(weight, 1e-5), (x,), strict=False)
 targets = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
-for op in ("identity_conv_op", "fused_bias_gelu", "fused_add_rms_norm"):
-    assert f"my_ops.{op}.default" in targets, targets
 assert any("call_torchbind" in t for t in targets), targets
-
-g = reference.bias_gelu(x, bias, "tanh")
-y_ref, h_ref = reference.add_rms_norm(g, residual, weight, 1e-5)
-expected = (reference.rms_norm(y_ref, weight, 1e-5), h_ref)
-for got, want in zip(ep.module()(*args), expected, strict=True):
-    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-10)
-
-samples = {
-    "identity_conv_op": (x.t(),),
-    "fused_bias_gelu": (x, bias, "none"),
-    "fused_add_rms_norm": (x, residual, weight, 1e-5),
-}
-for name, sample in samples.items():
-    op = getattr(torch.ops.my_ops, name).default
-    result = torch.library.opcheck(op, sample)
-    assert all(v == "SUCCESS" for v in result.values()), (name, result)
+want = my_ops.nn.reference(x, weight, 1e-5)
+torch.testing.assert_close(ep.module()(x), want, rtol=1e-9, atol=1e-10)
 
 # Asking the package to load again must neither open the library again nor register the
 # fakes and autograd formulas a second time (a second one shows up as "(inactive)").
@@ -89,8 +71,8 @@ if other:
         assert "already loaded" in str(e), e
     else:
         raise AssertionError("a second copy of the library was loaded")
-for name in samples:
-    dump = torch._C._dispatch_dump(f"my_ops::{name}")
+for spec in SPECS:
+    dump = torch._C._dispatch_dump(spec.qualname)
     assert "Meta:" in dump and "(inactive)" not in dump, dump
 print("LOAD_ORDER_OK")
 """
@@ -103,20 +85,30 @@ import sys
 import torch
 
 torch.ops.load_library(os.environ["LOAD_ORDER_LIBRARY"])
-for name in ("identity_conv_op", "fused_bias_gelu", "fused_add_rms_norm"):
+names = sorted(
+    s.name.split("::")[1] for s in torch._C._jit_get_all_schemas() if s.name.startswith("my_ops::")
+)
+for name in names:
     print("PYSTUB", name, torch._C._dispatch_pystub(f"my_ops::{name}", ""))
+first = getattr(torch.ops.my_ops, names[0]).default
+meta_args = [
+    torch.empty(2, 4, device="meta") if isinstance(a.type, torch.TensorType) else a.default_value
+    for a in first._schema.arguments
+]
 try:
-    torch.ops.my_ops.identity_conv_op(torch.empty(2, 3, device="meta"))
+    first(*meta_args)
 except NotImplementedError as e:
     print("META_ERROR", e)
 print("IMPORTED_BY_TORCH", "my_ops" in sys.modules)
 
 import my_ops
+from op_table import make_args
 
 # The fakes are registered from the module the library names (torch checks that on the
 # first fake call), so a meta call now works.
-out = torch.ops.my_ops.identity_conv_op(torch.empty(2, 3, device="meta"))
-print("META_AFTER_IMPORT", tuple(out.shape), out.device)
+out = first(*make_args(my_ops.ops.SPECS[names[0]], (2, 4), torch.float32, "meta"))
+out = out if isinstance(out, tuple) else (out,)
+print("META_AFTER_IMPORT", *sorted({str(o.device) for o in out}))
 """
 
 
@@ -189,13 +181,13 @@ def test_library_names_the_package_that_holds_the_fakes(real_library, package_co
     proc = _run(_WITHOUT_PACKAGE, package_copy, _clean_env(LOAD_ORDER_LIBRARY=real_library))
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}{proc.stderr[-4000:]}"
     lines = proc.stdout.splitlines()
-    for name in _OPS:
+    for name in my_ops.ops.SPECS:
         assert f"PYSTUB {name} ('my_ops', '')" in lines, proc.stdout
     error = next((line for line in lines if line.startswith("META_ERROR")), "")
     assert "import the 'my_ops' Python module" in error, proc.stdout
     # torch only names the package; it never imports it on its own.
     assert "IMPORTED_BY_TORCH False" in lines, proc.stdout
-    assert "META_AFTER_IMPORT (2, 3) meta" in lines, proc.stdout + proc.stderr
+    assert "META_AFTER_IMPORT meta" in lines, proc.stdout + proc.stderr
 
 
 if __name__ == "__main__":

@@ -1,0 +1,61 @@
+"""The op registry: one module per op in this package, each with a ``SPEC``.
+
+Modules are found by listing the package, so adding an op adds a file here and touches
+nothing else in Python. :func:`register_all` registers every fake and autograd formula
+once the library is loaded; :data:`SPECS` is what the tests and benchmarks iterate over.
+Each wrapper is ``my_ops.<module name>``; its module, ``my_ops.ops.<module name>``, holds
+the fake, the autograd formula and the float64 reference beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+
+from ._spec import OpSpec
+
+
+def _discover() -> dict[str, OpSpec]:
+    specs: dict[str, OpSpec] = {}
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        spec = getattr(module, "SPEC", None)
+        if not isinstance(spec, OpSpec):
+            raise ImportError(f"{module.__name__} defines no SPEC (a my_ops.ops._spec.OpSpec)")
+        wrapper = spec.wrapper.__name__
+        if wrapper != info.name:
+            # One name per op: the module's name is the wrapper's, my_ops.<name>.
+            raise ImportError(f"{module.__name__}: SPEC.wrapper is named {wrapper!r}")
+        specs[spec.name] = spec
+    return specs
+
+
+SPECS: dict[str, OpSpec] = _discover()
+
+
+def register_all(register_fake) -> None:
+    """Register every op's fake (through ``register_fake``) and autograd formula.
+
+    ``register_fake`` is ``torch.library.register_fake`` called from the ``my_ops``
+    module itself: torch only accepts a fake from the module that the library's
+    ``set_python_module`` names.
+    """
+    import torch
+
+    for spec in SPECS.values():
+        register_fake(spec.qualname, _with_schema_defaults(spec))
+        if spec.autograd is not None:
+            torch.library.register_autograd(
+                spec.qualname, spec.autograd.backward, setup_context=spec.autograd.setup_context
+            )
+
+
+def _with_schema_defaults(spec: OpSpec):
+    @functools.wraps(spec.fake)
+    def fake(*args, **kwargs):
+        return spec.fake(*spec.bind(args, kwargs))
+
+    return fake

@@ -1,0 +1,104 @@
+"""Argument checks shared by the fake implementations.
+
+They mirror ``ops/common/checks.h`` message for message, so that torch.compile and
+torch.export refuse a bad call at trace time with the words the kernels would use.
+"""
+
+from __future__ import annotations
+
+import torch
+
+FLOATING_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def check_defined(op: str, name: str, t: torch.Tensor | None) -> None:
+    # The C++ kernels refuse an undefined (None) tensor by name; so must the fakes.
+    torch._check(t is not None, lambda: f"{op}: expected {name} to be a defined tensor")
+
+
+def check_primary(op: str, x: torch.Tensor, last_dim_multiple: int = 1) -> None:
+    check_defined(op, "x", x)
+    torch._check(
+        x.dtype in FLOATING_DTYPES,
+        lambda: (
+            f"{op}: expected x to have a floating dtype (float32, float64, float16 or "
+            f"bfloat16), got {x.dtype}"
+        ),
+    )
+    torch._check(
+        x.dim() >= 1, lambda: f"{op}: expected x to have at least 1 dimension, got a 0-d tensor"
+    )
+    if last_dim_multiple > 1:
+        torch._check(
+            x.shape[-1] % last_dim_multiple == 0,
+            lambda: (
+                f"{op}: expected x to have a last dimension divisible by {last_dim_multiple}, "
+                f"got {x.shape[-1]}"
+            ),
+        )
+
+
+def check_same_device_and_dtype(op: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    check_defined(op, name, t)
+    torch._check(
+        t.device == x.device,
+        lambda: f"{op}: expected {name} to be on the same device as x ({x.device}), got {t.device}",
+    )
+    torch._check(
+        t.dtype == x.dtype,
+        lambda: f"{op}: expected {name} to have the same dtype as x ({x.dtype}), got {t.dtype}",
+    )
+
+
+def check_like_primary(op: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    check_same_device_and_dtype(op, name, t, x)
+    torch._check(
+        t.shape == x.shape,
+        lambda: (
+            f"{op}: expected {name} to have the same shape as x ({tuple(x.shape)}), "
+            f"got {tuple(t.shape)}"
+        ),
+    )
+
+
+def check_last_dim_vector(op: str, name: str, v: torch.Tensor, x: torch.Tensor) -> None:
+    check_same_device_and_dtype(op, name, v, x)
+    torch._check(v.dim() == 1, lambda: f"{op}: expected {name} to be 1-D, got {v.dim()}-D")
+    torch._check(
+        v.shape[0] == x.shape[-1],
+        lambda: (
+            f"{op}: expected {name} to have size {x.shape[-1]} (the last dim of x), "
+            f"got {v.shape[0]}"
+        ),
+    )
+
+
+def check_non_negative(op: str, name: str, value: float) -> None:
+    # Written as `value >= 0` so that NaN is refused too.
+    torch._check(value >= 0, lambda: f"{op}: expected {name} to be >= 0, got {value}")
+
+
+def check_choice(op: str, name: str, value: str, choices: tuple[str, ...]) -> None:
+    torch._check(
+        value in choices,
+        lambda: (
+            f"{op}: expected {name} to be "
+            + " or ".join(f'"{c}"' for c in choices)
+            + f', got "{value}"'
+        ),
+    )
+
+
+def new_like(x: torch.Tensor, shape=None) -> torch.Tensor:
+    """A new contiguous tensor on x's device with x's dtype (and x's shape by default)."""
+    return torch.empty(x.shape if shape is None else shape, dtype=x.dtype, device=x.device)
+
+
+def compute_dtype(t: torch.Tensor) -> torch.dtype:
+    # Half precision backward math runs in fp32, like the forward kernels.
+    return torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+
+
+def sum_to_last_dim(t: torch.Tensor) -> torch.Tensor:
+    """Sum over every dimension but the last (works for 1-D and zero-size tensors)."""
+    return t.flatten(0, -2).sum(0) if t.dim() > 1 else t

@@ -1,0 +1,193 @@
+"""What each op module tells the rest of the project about its op: :class:`OpSpec`.
+
+An op module (``my_ops/ops/<op>.py``) holds the typed wrapper, the fake, the autograd
+formula, the float64 reference and one ``SPEC``. The registry (``my_ops.ops``) registers
+the fake and the formula from it, and every test suite, the benchmark and the export
+tests read it: a new op with a ``SPEC`` is covered by all of them without touching them.
+
+The spec describes each argument by its *role* (the primary tensor, a tensor shaped like
+it, a vector over its last dimension, a non-negative float, a choice of strings). Roles
+are plain data: the tests derive valid samples, bad-argument cases and Hypothesis
+strategies from them with their own logic, so a test never reuses the checks it tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import torch
+
+# --- argument roles -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Primary:
+    """The tensor every other argument is checked against (``x``).
+
+    Any floating dtype (float32, float64, float16, bfloat16), at least one dimension, any
+    strides. ``last_dim_multiple``: the last dimension must be a multiple of it (2 for an
+    op that splits the last dimension in halves).
+    """
+
+    last_dim_multiple: int = 1
+
+
+@dataclass(frozen=True)
+class LikePrimary:
+    """A tensor with the primary's shape, dtype and device (a residual, a second operand)."""
+
+
+@dataclass(frozen=True)
+class LastDimVector:
+    """A 1-D tensor whose length is the primary's last dimension, with its dtype and device."""
+
+
+@dataclass(frozen=True)
+class NonNegativeFloat:
+    """A float that must be ``>= 0`` (NaN is refused). ``samples``: values the tests use."""
+
+    samples: tuple[float, ...] = (1e-6,)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A string that must be one of ``values``, spelled exactly."""
+
+    values: tuple[str, ...]
+
+
+Role = Primary | LikePrimary | LastDimVector | NonNegativeFloat | Choice
+
+
+# --- tolerances -----------------------------------------------------------------------------
+
+# Against the float64 reference, which is rounded once to the output dtype.
+# u = unit roundoff = 2**-(mantissa bits incl. implicit bit).
+# * float64: u = 1.1e-16. Row reductions over <= ~4k terms and libm erf/tanh/exp differ by
+#   a few ulp, so 1e-9 leaves a large margin while still catching any real bug.
+# * float32: u = 6e-8. A sequential fp32 sum of squares over ~4k elements can lose up to
+#   ~sqrt(n)*u ~ 4e-6 (typical) relative; rtol 2e-5 is ~300 ulp, atol 1e-5 covers values
+#   near zero (gelu of large negative inputs).
+# * bfloat16: 8 significant bits, u = 2**-8 = 3.9e-3. A kernel may round an intermediate
+#   (x + bias, x + residual, silu(a)) to bf16 before the next step and rounds the result
+#   again: allow 4 ulp (rtol 1.6e-2, the torch.testing default) and atol 1e-2 for outputs
+#   near zero, where an ulp of the input moves the output by up to ~1e-2 absolute.
+# * float16: 11 significant bits, u = 2**-11 = 4.9e-4: 4 ulp -> rtol 2e-3, atol 1e-3.
+DEFAULT_TOLERANCES: Mapping[torch.dtype, Mapping[str, float]] = {
+    torch.float64: {"rtol": 1e-9, "atol": 1e-10},
+    torch.float32: {"rtol": 2e-5, "atol": 1e-5},
+    torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
+    torch.float16: {"rtol": 2e-3, "atol": 1e-3},
+}
+EXACT: Mapping[torch.dtype, Mapping[str, float]] = {
+    dtype: {"rtol": 0.0, "atol": 0.0} for dtype in DEFAULT_TOLERANCES
+}
+
+
+# --- the spec -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Autograd:
+    """The arguments of ``torch.library.register_autograd``."""
+
+    backward: Callable
+    setup_context: Callable | None = None
+
+
+NOT_DIFFERENTIABLE = None
+
+
+@dataclass(frozen=True)
+class BadCase:
+    """A call the op must refuse with a RuntimeError whose message names ``blame``.
+
+    ``make_args(device)`` builds the arguments, in schema order.
+    """
+
+    id: str
+    make_args: Callable[[str], tuple]
+    blame: str
+
+
+@dataclass(frozen=True)
+class BenchTargets:
+    """Targets of ``//ops:bench`` for the op on one device type; None = not a target.
+
+    ``min_vs_eager``: eager time / our time. ``max_vs_compiled``: our time / torch.compile's
+    time. ``min_clone_bandwidth``: our bandwidth ((bytes read + written) / time) as a
+    fraction of ``torch.clone``'s on the same device, in the same run.
+    """
+
+    min_vs_eager: float | None = None
+    max_vs_compiled: float | None = None
+    min_clone_bandwidth: float | None = None
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """Everything the project knows about one op outside its C++ folder.
+
+    ``name`` is the schema name (``torch.ops.my_ops.<name>``); ``arguments`` lists the
+    schema's arguments, in order, by role. ``reference`` takes the same arguments and
+    computes in float64, returning the outputs in the input dtype; it must be built from
+    ATen ops that are differentiable, so the tests also take gradients through it.
+    ``eager`` is what a user writes without the op (the benchmark's baseline).
+    """
+
+    name: str
+    wrapper: Callable
+    fake: Callable
+    reference: Callable
+    eager: Callable
+    arguments: Mapping[str, Role]
+    autograd: Autograd | None
+    tolerances: Mapping[torch.dtype, Mapping[str, float]] = field(
+        default_factory=lambda: DEFAULT_TOLERANCES
+    )
+    # Edge values beyond the random samples (huge, tiny, exact zeros): f(device) -> [args].
+    edge_samples: Callable[[str], list[tuple]] = lambda device: []
+    # Refusals the roles do not imply (e.g. a check only this op makes).
+    bad_cases: Callable[[str], list[BadCase]] = lambda device: []
+    bench: Mapping[str, BenchTargets] = field(default_factory=dict)
+
+    @property
+    def qualname(self) -> str:
+        return f"my_ops::{self.name}"
+
+    @property
+    def op(self) -> torch._ops.OpOverload:
+        return getattr(torch.ops.my_ops, self.name).default
+
+    @property
+    def primary(self) -> Primary:
+        roles = [r for r in self.arguments.values() if isinstance(r, Primary)]
+        if len(roles) != 1:
+            raise ValueError(f"{self.name}: an op spec has exactly one Primary argument")
+        return roles[0]
+
+    def schema_default(self, argument: str):
+        """The default the schema in registration.cpp gives ``argument``."""
+        for arg in self.op._schema.arguments:
+            if arg.name == argument:
+                if not arg.has_default_value():
+                    raise KeyError(f"{self.name}: argument {argument} has no default")
+                return arg.default_value
+        raise KeyError(f"{self.name}: no argument {argument}")
+
+    def bind(self, args: tuple, kwargs: Mapping[str, object]) -> tuple:
+        """All arguments in schema order, the omitted ones at the schema's defaults.
+
+        Under FakeTensorMode torch calls a fake with the arguments as the caller passed
+        them, so a fake without this would need its own copy of every default.
+        """
+        bound = list(args)
+        for arg in self.op._schema.arguments[len(args) :]:
+            if arg.name in kwargs:
+                bound.append(kwargs[arg.name])
+            elif arg.has_default_value():
+                bound.append(arg.default_value)
+            else:
+                raise TypeError(f"{self.name}() missing required argument {arg.name!r}")
+        return tuple(bound)

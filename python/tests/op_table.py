@@ -1,0 +1,156 @@
+"""The tests' view of the op registry: arguments built from each op's argument roles.
+
+Every suite iterates over :data:`SPECS` (all of ``my_ops.ops.SPECS``) and builds its
+calls here, so a new op module with a ``SPEC`` is tested by every suite without a test
+file naming it. The logic that decides what a role's valid and invalid values are lives
+here, written independently of the fakes and kernels it checks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+import my_ops
+from my_ops.ops._spec import (
+    Choice,
+    LastDimVector,
+    LikePrimary,
+    NonNegativeFloat,
+    OpSpec,
+    Primary,
+)
+from testing_utils import make_input
+
+SPECS: list[OpSpec] = list(my_ops.ops.SPECS.values())
+DIFFERENTIABLE: list[OpSpec] = [s for s in SPECS if s.autograd is not None]
+
+
+def by_op(specs: list[OpSpec] = SPECS):
+    """``pytest.mark.parametrize`` over ops, with the op's name as the test id."""
+    return pytest.mark.parametrize("spec", specs, ids=[s.name for s in specs])
+
+
+TENSOR_ROLES = (Primary, LikePrimary, LastDimVector)
+
+
+def is_tensor_role(role) -> bool:
+    return isinstance(role, TENSOR_ROLES)
+
+
+def primary_shape(spec: OpSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """``shape`` made valid for the op's primary: its last dim scaled to the multiple."""
+    k = spec.primary.last_dim_multiple
+    return (*shape[:-1], shape[-1] * k) if shape else shape
+
+
+def scalar_variants(spec: OpSpec) -> list[dict[str, object]]:
+    """Every combination of the op's choices; its floats take turns through their samples."""
+    names = [n for n, r in spec.arguments.items() if isinstance(r, Choice)]
+    combos = list(itertools.product(*(spec.arguments[n].values for n in names))) or [()]
+    variants = []
+    for i, combo in enumerate(combos):
+        values: dict[str, object] = dict(zip(names, combo, strict=True))
+        for name, role in spec.arguments.items():
+            if isinstance(role, NonNegativeFloat):
+                values[name] = role.samples[i % len(role.samples)]
+        variants.append(values)
+    return variants
+
+
+def make_args(
+    spec: OpSpec,
+    shape: tuple[int, ...],
+    dtype: torch.dtype,
+    device: str,
+    layout: str = "contiguous",
+    scalars: dict[str, object] | None = None,
+    *,
+    scale: float = 2.0,
+    requires_grad: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple:
+    """Valid arguments, in schema order, for a primary of ``primary_shape(spec, shape)``.
+
+    Tensors like the primary share its layout; vectors are strided when it is ``sliced``.
+    """
+    scalars = scalars if scalars is not None else scalar_variants(spec)[0]
+    x_shape = primary_shape(spec, shape)
+    args = []
+    for name, role in spec.arguments.items():
+        if isinstance(role, Primary):
+            t = make_input(x_shape, dtype, device, layout, scale, generator)
+        elif isinstance(role, LikePrimary):
+            t = make_input(x_shape, dtype, device, "contiguous" if layout == "rows" else layout)
+        elif isinstance(role, LastDimVector):
+            vec_layout = "sliced" if layout == "sliced" else "contiguous"
+            t = make_input(x_shape[-1:], dtype, device, vec_layout, generator=generator)
+        else:
+            args.append(scalars[name])
+            continue
+        args.append(t.detach().requires_grad_(requires_grad) if requires_grad else t)
+    return tuple(args)
+
+
+def sample_args(
+    spec: OpSpec, device: str, shapes, dtypes, layouts, *, requires_grad: bool = False
+) -> Iterator[tuple]:
+    """make_args over shapes x dtypes x layouts x scalar variants."""
+    for shape, dtype, layout in itertools.product(shapes, dtypes, layouts):
+        for scalars in scalar_variants(spec):
+            yield make_args(
+                spec, shape, dtype, device, layout, scalars, requires_grad=requires_grad
+            )
+
+
+def as_tuple(result) -> tuple:
+    return result if isinstance(result, tuple) else (result,)
+
+
+def tensor_args(args: tuple) -> list[torch.Tensor]:
+    return [a for a in args if isinstance(a, torch.Tensor)]
+
+
+def describe(args: tuple) -> str:
+    return ", ".join(
+        f"{tuple(a.shape)}/{a.dtype}/{a.stride()}" if isinstance(a, torch.Tensor) else repr(a)
+        for a in args
+    )
+
+
+def assert_matches_reference(spec: OpSpec, args: tuple, result, msg: str = "") -> None:
+    """Every output: same metadata as the reference's, a new tensor, and within tolerance."""
+    expected = as_tuple(spec.reference(*args))
+    got = as_tuple(result)
+    assert len(got) == len(expected), f"{spec.name}: {len(got)} outputs, expected {len(expected)}"
+    inputs = tensor_args(args)
+    for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+        where = f"{spec.name} output {i} ({describe(args)}) {msg}"
+        assert (g.shape, g.dtype, g.device) == (e.shape, e.dtype, e.device), where
+        if g.numel():
+            for t in inputs:
+                if t.numel():
+                    assert g.untyped_storage().data_ptr() != t.untyped_storage().data_ptr(), (
+                        f"{where}: aliases an input"
+                    )
+        assert_close_spec(spec, g, e, where)
+
+
+def assert_close_spec(spec: OpSpec, actual: torch.Tensor, expected: torch.Tensor, msg="") -> None:
+    """``|actual - expected| <= atol + rtol * |expected|`` with the op's tolerance."""
+    t = spec.tolerances[expected.dtype]
+    a, e = actual.detach().double(), expected.detach().double()
+    if bool(((a - e).abs() <= t["atol"] + t["rtol"] * e.abs()).all()):
+        return
+    torch.testing.assert_close(a.cpu(), e.cpu(), **t, msg=lambda m: f"{msg}\n{m}")
+
+
+def output_grads(outputs: tuple, generator: torch.Generator | None = None) -> tuple:
+    """Random incoming gradients, one per floating output."""
+    return tuple(
+        torch.randn(o.shape, generator=generator, dtype=torch.float64).to(o.dtype).to(o.device)
+        for o in outputs
+    )
