@@ -1,16 +1,20 @@
 """Benchmark the my_ops kernels against eager and torch.compile'd ATen compositions.
 
-For every op it reports the median time of our kernel, of the eager composition and of
-``torch.compile`` of the same composition (compile time measured separately, after warm-up),
-plus effective bandwidth, (bytes read + bytes written) / time, relative to ``torch.clone`` of
-the same tensor (2 * bytes / time) measured in the same run.
+For every op of the registry (``my_ops.ops.SPECS``) it reports the median time of our
+kernel, of the op's eager composition (``spec.eager``) and of ``torch.compile`` of the same
+composition (compile time measured separately, after warm-up), plus effective bandwidth,
+(bytes read + bytes written) / time, relative to ``torch.clone`` of the same tensor (2 *
+bytes / time) measured in the same run. The targets come from each op's spec
+(``spec.bench``, per device type).
 
     bazel run //ops:bench -- --rows 16384 --cols 1024 --device cpu
+    bazel run //ops:bench -- --ops fused_bias_gelu --json /tmp/bench.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -32,11 +36,6 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float64": torch.float64,
 }
-
-# Targets (time ratios; lower is better for ours / reference).
-GELU_MIN_SPEEDUP_VS_EAGER = 1.5
-MAX_TIME_VS_COMPILED = 1.1
-MIN_CLONE_BW_FRACTION = 0.75
 
 
 @dataclass
@@ -100,22 +99,6 @@ def compile_and_time(fn: Callable, args: tuple, device: torch.device) -> tuple[C
     return compiled, time.perf_counter() - t0
 
 
-# Eager compositions: what a user writes without the fused kernels.
-def eager_identity(x):
-    return x.clone()
-
-
-def eager_bias_gelu(x, bias, approximate="none"):
-    return torch.nn.functional.gelu(x + bias, approximate=approximate)
-
-
-def eager_add_rms_norm(x, residual, weight, eps=1e-6):
-    h = x + residual
-    hf = h.float()
-    y = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(h.dtype) * weight
-    return y, h
-
-
 def _check_same(op: str, ours, ref, dtype: torch.dtype) -> None:
     ours = ours if isinstance(ours, tuple) else (ours,)
     ref = ref if isinstance(ref, tuple) else (ref,)
@@ -125,61 +108,43 @@ def _check_same(op: str, ours, ref, dtype: torch.dtype) -> None:
             raise SystemExit(f"{op}: our kernel disagrees with the eager composition")
 
 
-def bench_device(args, device: torch.device) -> tuple[list[Result], float]:
-    dtype = DTYPES[args.dtype]
-    rows, cols = args.rows, args.cols
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, cols, generator=g).to(device=device, dtype=dtype)
-    residual = torch.randn(rows, cols, generator=g).to(device=device, dtype=dtype)
-    bias = torch.randn(cols, generator=g).to(device=device, dtype=dtype)
-    weight = torch.randn(cols, generator=g).to(device=device, dtype=dtype)
-    es = x.element_size()
-    n = x.numel()
+def _nbytes(args: tuple, outputs) -> int:
+    # Each input read once and each output written once: the traffic of an ideal kernel.
+    outputs = outputs if isinstance(outputs, tuple) else (outputs,)
+    tensors = [a for a in args if isinstance(a, torch.Tensor)] + list(outputs)
+    return sum(t.numel() * t.element_size() for t in tensors)
 
-    cases = [
-        (
-            "identity_conv",
-            (x,),
-            my_ops.identity_conv,
-            eager_identity,
-            2 * n * es,
-        ),
-        (
-            "fused_bias_gelu",
-            (x, bias, args.approximate),
-            my_ops.fused_bias_gelu,
-            eager_bias_gelu,
-            (2 * n + cols) * es,
-        ),
-        (
-            "fused_add_rms_norm",
-            (x, residual, weight, 1e-6),
-            my_ops.fused_add_rms_norm,
-            eager_add_rms_norm,
-            (4 * n + cols) * es,
-        ),
-    ]
-    clone_bytes = 2 * n * es
+
+def bench_device(args, device: torch.device, specs) -> tuple[list[Result], float]:
+    dtype = DTYPES[args.dtype]
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(args.rows, args.cols, generator=g).to(device=device, dtype=dtype)
     results: list[Result] = []
     clone_ms: list[float] = []
-    for name, op_args, ours, eager, nbytes in cases:
-        _check_same(name, ours(*op_args), eager(*op_args), dtype)
+    for spec in specs:
+        op_args = spec.example_args((args.rows, args.cols), dtype, device, g)
+        ours = spec.wrapper(*op_args)
+        _check_same(spec.name, ours, spec.eager(*op_args), dtype)
+        nbytes = _nbytes(op_args, ours)
         candidates = {
-            "my_ops": (ours, op_args),
-            "eager": (eager, op_args),
+            "my_ops": (spec.wrapper, op_args),
+            "eager": (spec.eager, op_args),
             "torch.clone": (torch.clone, (x,)),
         }
         compile_s = None
         if not args.no_compile:
-            compiled, compile_s = compile_and_time(eager, op_args, device)
+            compiled, compile_s = compile_and_time(spec.eager, op_args, device)
             candidates["compiled"] = (compiled, op_args)
         ms = time_interleaved_ms(candidates, device, args.iters, args.warmup)
         clone_ms.append(ms.pop("torch.clone"))
         for impl, t in ms.items():
-            results.append(Result(name, impl, t, nbytes, compile_s if impl == "compiled" else None))
+            compile_time = compile_s if impl == "compiled" else None
+            results.append(Result(spec.name, impl, t, nbytes, compile_time))
     # Clone runs interleaved with every op; the fastest of its medians is the (conservative)
     # bandwidth reference.
-    results.insert(0, Result("clone", "torch.clone", min(clone_ms), clone_bytes))
+    results.insert(
+        0, Result("clone", "torch.clone", min(clone_ms), 2 * x.numel() * x.element_size())
+    )
     return results, results[0].gbps
 
 
@@ -207,32 +172,43 @@ def print_table(device: torch.device, results: list[Result], clone_gbps: float) 
     return by_key
 
 
-def check_targets(by_key: dict, clone_gbps: float) -> bool:
+def check_targets(device: torch.device, specs, by_key: dict, clone_gbps: float) -> list[dict]:
+    """Each op's targets for this device type (its spec's ``bench``), measured."""
     checks = []
-
-    def add(desc: str, value: float, ok: bool) -> None:
-        checks.append((desc, value, ok))
-
-    gelu = by_key[("fused_bias_gelu", "my_ops")]
-    rms = by_key[("fused_add_rms_norm", "my_ops")]
-    gelu_eager = by_key[("fused_bias_gelu", "eager")]
-    add(
-        f"fused_bias_gelu speedup vs eager >= {GELU_MIN_SPEEDUP_VS_EAGER}x",
-        gelu_eager.ms / gelu.ms,
-        gelu_eager.ms / gelu.ms >= GELU_MIN_SPEEDUP_VS_EAGER,
-    )
-    for op, ours in (("fused_bias_gelu", gelu), ("fused_add_rms_norm", rms)):
-        compiled = by_key.get((op, "compiled"))
-        if compiled is not None:
-            ratio = ours.ms / compiled.ms
-            add(f"{op} time / compiled time <= {MAX_TIME_VS_COMPILED}", ratio, ratio <= 1.1)
-    for op, ours in (("fused_bias_gelu", gelu), ("fused_add_rms_norm", rms)):
-        frac = ours.gbps / clone_gbps
-        add(f"{op} bandwidth / clone bandwidth >= {MIN_CLONE_BW_FRACTION}", frac, frac >= 0.75)
+    for spec in specs:
+        targets = spec.bench.get(device.type)
+        ours = by_key[(spec.name, "my_ops")]
+        if targets is None:
+            continue
+        eager, compiled = by_key.get((spec.name, "eager")), by_key.get((spec.name, "compiled"))
+        measured = [
+            ("time vs eager", targets.min_vs_eager, eager and eager.ms / ours.ms, ">="),
+            (
+                "time / compiled time",
+                targets.max_vs_compiled,
+                compiled and ours.ms / compiled.ms,
+                "<=",
+            ),
+            (
+                "bandwidth / clone bandwidth",
+                targets.min_clone_bandwidth,
+                ours.gbps / clone_gbps,
+                ">=",
+            ),
+        ]
+        for what, target, value, sense in measured:
+            if target is None or value is None:
+                continue  # not a target here, or its baseline was not run (--no-compile)
+            met = value >= target if sense == ">=" else value <= target
+            checks.append(
+                {"op": spec.name, "what": f"{what} {sense} {target}", "value": value, "met": met}
+            )
     print("targets:")
-    for desc, value, ok in checks:
-        print(f"  [{'MET' if ok else 'NOT MET'}] {desc}: {value:.2f}")
-    return all(ok for _, _, ok in checks)
+    for c in checks:
+        print(f"  [{'MET' if c['met'] else 'NOT MET'}] {c['op']} {c['what']}: {c['value']:.2f}")
+    if not checks:
+        print("  (none for this device)")
+    return checks
 
 
 def parse_args(argv=None):
@@ -249,7 +225,11 @@ def parse_args(argv=None):
     p.add_argument("--iters", type=int, default=20, help="timed iterations (median is reported)")
     p.add_argument("--warmup", type=int, default=3, help="untimed iterations before timing")
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for CPU")
-    p.add_argument("--approximate", choices=["none", "tanh"], default="none")
+    p.add_argument(
+        "--ops",
+        default=",".join(my_ops.ops.SPECS),
+        help="comma-separated op names (default: every op of the library)",
+    )
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
     p.add_argument(
         "--no-compile-cache",
@@ -259,11 +239,13 @@ def parse_args(argv=None):
     p.add_argument(
         "--strict", action="store_true", help="exit with status 1 when a target is not met"
     )
+    p.add_argument("--json", type=Path, help="also write the results and targets here, as JSON")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    names = [n.strip() for n in args.ops.split(",") if n.strip()]
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     if args.no_compile_cache:
@@ -282,15 +264,48 @@ def main(argv=None) -> int:
         f"warmup={args.warmup}, cpu threads={torch.get_num_threads()}, torch {torch.__version__}, "
         f"library {my_ops.loaded_path()}"
     )
+    unknown = sorted(set(names) - set(my_ops.ops.SPECS))
+    if unknown:
+        print(f"bench: error: --ops: no op {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    specs = [my_ops.ops.SPECS[n] for n in names]
+    if args.json and len(devices) != 1:
+        print("bench: error: --json needs one --device (cpu or cuda)", file=sys.stderr)
+        return 2
     all_met = True
     for name in devices:
         device = torch.device(name)
         if device.type == "cuda":
             print(f"cuda device: {torch.cuda.get_device_name(device)}")
-        results, clone_gbps = bench_device(args, device)
+        results, clone_gbps = bench_device(args, device, specs)
         by_key = print_table(device, results, clone_gbps)
-        all_met &= check_targets(by_key, clone_gbps)
+        checks = check_targets(device, specs, by_key, clone_gbps)
+        all_met &= all(c["met"] for c in checks)
+        if args.json:
+            _write_json(args, device, results, clone_gbps, checks)
     return 1 if (args.strict and not all_met) else 0
+
+
+def _write_json(args, device, results, clone_gbps, checks) -> None:
+    report = {
+        "device": device.type,
+        "shape": [args.rows, args.cols],
+        "dtype": args.dtype,
+        "clone_gbps": clone_gbps,
+        "rows": [
+            {
+                "op": r.op,
+                "impl": r.impl,
+                "ms": r.ms,
+                "gbps": r.gbps,
+                "clone_bw_fraction": r.gbps / clone_gbps,
+            }
+            for r in results
+        ],
+        "targets": checks,
+        "all_met": all(c["met"] for c in checks),
+    }
+    args.json.write_text(json.dumps(report, indent=1) + "\n")
 
 
 if __name__ == "__main__":

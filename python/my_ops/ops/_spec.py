@@ -191,3 +191,29 @@ class OpSpec:
             else:
                 raise TypeError(f"{self.name}() missing required argument {arg.name!r}")
         return tuple(bound)
+
+    def example_args(
+        self,
+        shape: tuple[int, ...],
+        dtype: torch.dtype,
+        device: str | torch.device,
+        generator: torch.Generator | None = None,
+    ) -> tuple:
+        """Contiguous random arguments for a primary of ``shape`` (its last dim scaled by
+        ``last_dim_multiple``), every choice and float at its first value."""
+        x_shape = (*shape[:-1], shape[-1] * self.primary.last_dim_multiple)
+
+        def randn(s):
+            return torch.randn(s, generator=generator).to(device=device, dtype=dtype)
+
+        args = []
+        for role in self.arguments.values():
+            if isinstance(role, Primary | LikePrimary):
+                args.append(randn(x_shape))
+            elif isinstance(role, LastDimVector):
+                args.append(randn(x_shape[-1:]))
+            elif isinstance(role, NonNegativeFloat):
+                args.append(role.samples[0])
+            else:
+                args.append(role.values[0])
+        return tuple(args)
