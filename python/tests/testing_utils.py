@@ -127,9 +127,10 @@ def make_input(
     * ``sliced``: a view with step 2 in the last dimension (stride 2, storage offset 1).
     * ``rows``: every other row (first-dim step 2; last dim stays dense).
     * ``transposed``: a view of a tensor stored with the last two dims swapped (last-dim
-      stride != 1); for 1-D shapes it falls back to ``sliced``.
+      stride != 1); where the second-to-last dim is missing or 1 (a transpose would still be
+      contiguous) it falls back to ``sliced``.
     """
-    if layout == "sliced" or (layout == "transposed" and len(shape) < 2):
+    if layout == "sliced" or (layout == "transposed" and (len(shape) < 2 or shape[-2] == 1)):
         big = list(shape)
         big[-1] = 2 * shape[-1] + 1
         base = torch.randn(big, dtype=torch.float64, generator=generator) * scale
