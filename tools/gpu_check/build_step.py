@@ -1,283 +1,178 @@
-"""The build step: libmy_ops.so from ops/my_ops_sources.txt and the C++ loader, in one pool."""
+"""The build step: libmy_ops.so and the C++ loader, compiled with g++ and nvcc in one pool."""
 
 from __future__ import annotations
 
-import concurrent.futures
+import ast
+import contextlib
 import json
+import os
+import platform
 import re
-import shlex
 import shutil
 import sys
-import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from check_run import ROOT, AppendLog, Run, Step, tail
-from toolchain import Toolchain, detect_toolchain, libsodium, nlohmann_json, nvidia_lib_dirs
+from check_run import ROOT, Job, Run, Step
 
-SOURCES_FILE = "ops/my_ops_sources.txt"
-
-
-@dataclass
-class Sources:
-    cpp: list[str] = field(default_factory=list)
-    cu: list[str] = field(default_factory=list)
-    hdr: list[str] = field(default_factory=list)
-    cpu_copt: list[str] = field(default_factory=list)
-    nvcc_copt: list[str] = field(default_factory=list)
-    linkopt: list[str] = field(default_factory=list)
+FLAGS_FILE = "tools/torch/kernel_flags.bzl"
+CUDA_TOOLKIT = "tools/cuda/private/cuda_toolkit.py"
+KINDS = {"cpp": ["*.cpp"], "cu": ["*.cu"], "hdr": ["*.h", "*.cuh"]}
+SYSTEM_INCLUDES = (Path("/usr/include"), Path("/usr/local/include"))
 
 
-def read_sources(path: Path) -> Sources:
-    src = Sources()
-    for n, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        kind, _, value = line.partition(" ")
-        if not value or not hasattr(src, kind):
-            raise RuntimeError(f"{path}:{n}: cannot parse {raw!r}")
-        getattr(src, kind).append(value.strip())
-        if kind in ("cpp", "cu", "hdr") and not (ROOT / value.strip()).exists():
-            raise RuntimeError(f"{path}:{n}: {value.strip()} does not exist")
-    if not src.cpp:
-        raise RuntimeError(f"{path}: no cpp sources")
-    return src
+def find_sources(root: Path = ROOT) -> dict[str, list[str]]:
+    """What torch_op_library compiles: ops/registration.cpp and every folder's kernel files.
+
+    The macro refuses a folder of ops/ with such files that its `ops` list lacks, so every
+    folder here is its list (the test compares the two).
+    """
+    found = {k: sorted({str(f.relative_to(root)) for p in pats for f in root.glob("ops/*/" + p)})
+             for k, pats in KINDS.items()}  # fmt: skip
+    found["cpp"].insert(0, "ops/registration.cpp")
+    return found
 
 
-def _gencode(archs: list[str]) -> list[str]:
-    nums = sorted((a[3:] for a in archs), key=lambda n: int(n.rstrip("a")))
-    flags = [f"-gencode=arch=compute_{n},code=sm_{n}" for n in nums]
-    # PTX for the newest architecture lets newer GPUs JIT-compile the kernels.
-    flags.append(f"-gencode=arch=compute_{nums[-1]},code=compute_{nums[-1]}")
-    return flags
+def bzl_lists(path: Path) -> dict[str, list[str]]:
+    """The NAME = ["string", ...] constants of a .bzl file that holds nothing else."""
+    consts = {}
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        value = None
+        if isinstance(node, ast.Assign) and [type(t) for t in node.targets] == [ast.Name]:
+            with contextlib.suppress(ValueError):
+                value = ast.literal_eval(node.value)
+        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise RuntimeError(f"{path}:{node.lineno}: not a NAME = [strings] constant")
+        consts[node.targets[0].id] = value
+    return consts
 
 
-def _isystem(include: Path | None) -> list[str]:
-    # g++ searches /usr/include anyway, and naming it again with -isystem
-    # moves it before libstdc++'s headers, whose #include_next then fails.
-    if include is None or include.resolve() in (Path("/usr/include"), Path("/usr/local/include")):
-        return []
-    return ["-isystem", str(include)]
+def nvidia_lib_dirs() -> list[Path]:
+    """Library dirs of the nvidia wheels on sys.path.
+
+    libtorch_cuda.so finds cuDNN, cuBLAS, ... through $ORIGIN/../../nvidia/*/lib, which
+    misses where each wheel has its own tree (Bazel's rules_python), and their RUNPATHs
+    keep the loader's RPATH from reaching them: linking gets -rpath-link, running gets
+    LD_LIBRARY_PATH. Python's torch preloads them itself.
+    """
+    dirs = (d for e in sys.path for d in sorted(Path(e or ".").glob("nvidia/*/lib")))
+    return list(dict.fromkeys(dirs))
 
 
-def loader_command(tc: Toolchain, binary: Path, cuda: bool) -> list[str]:
-    lib = tc.torch_dir / "lib"
-    # Without them the compile fails on sodium.h or nlohmann/json.hpp, which
-    # step_loader explains.
-    sodium = libsodium()
-    sodium_include = _isystem(sodium[0] if sodium else None)
-    sodium_lib = [str(sodium[1])] if sodium else []
-    json_include = _isystem(nlohmann_json())
-    nvidia = []
-    for d in nvidia_lib_dirs():
-        nvidia.append(f"-Wl,-rpath-link,{d}")
-    libs = ["-ltorch", "-ltorch_cpu", "-lc10"]
+def _cuda(run: Run, site_packages: Path) -> tuple[list[str], list[str]]:
+    """nvcc's command up to its sources, and the link flags for the CUDA runtime."""
+    cmd = [sys.executable, str(ROOT / CUDA_TOOLKIT), "--overlay", str(run.work / "overlay")]
+    job = run.run(cmd)
+    if job.rc != 0:
+        raise RuntimeError(f"{CUDA_TOOLKIT}: {job.output.strip()[-500:]}")
+    tk = json.loads(job.output.splitlines()[-1])
+    if not tk["root"]:
+        raise RuntimeError("no CUDA toolkit: $CUDA_PATH, $CUDA_HOME, nvcc on PATH, /usr/local/cuda")
+    # g++ here is the host's, so the host's glibc decides, as for tools/cuda's host toolchain.
+    overlay = tk["overlay"] if tk["host_needs_overlay"] else None
+    # The CUDA runtime wheel torch loads (nvidia/cu13, ...): one cudart in the process, and
+    # cublas_v2.h and cusparse.h, which ATen/cuda/CUDAContext.h needs and a minimal toolkit
+    # may lack.
+    wheels = [d for d in (site_packages / "nvidia").glob("cu*") if re.fullmatch(r"cu\d+", d.name)]
+    wheels.sort(key=lambda d: -int(d.name[2:]))
+    libs = [*(w / "lib" for w in wheels), Path(tk["root"]) / "lib64"]
+    names = ("libcudart.so.13", "libcudart.so.12", "libcudart.so")
+    cudart = next((d / n for d in libs for n in names if (d / n).exists()), None)
+    if cudart is None:
+        raise RuntimeError("libcudart.so not found in the nvidia wheels or the toolkit")
+    run.facts.update(tk, rsqrt_overlay=bool(overlay), cudart=str(cudart))
+    nvcc = [tk["nvcc"], "-std=c++20", "-x", "cu", "-Xcompiler", "-fPIC", "-O2"]
+    nvcc += ["-ccbin", shutil.which(run.facts["cxx"]) or run.facts["cxx"]]
+    # Only skips nvcc's host compiler version check: on a borrowed machine a g++ newer
+    # than nvcc knows would otherwise cost the run.
+    nvcc += ["-allow-unsupported-compiler", f"-arch={run.args.nvcc_arch}"]
+    nvcc += [f"-I{overlay}"] if overlay else []
+    nvcc += ["-isystem", str(wheels[0] / "include")] if wheels else []
+    return nvcc, [f"-L{cudart.parent}", f"-Wl,-rpath,{cudart.parent}", f"-l:{cudart.name}"]
+
+
+def _find(env_var: str, repo_glob: str, *files: str) -> tuple[Path, str] | None:
+    """(prefix, file) for the first file under $env_var, under Bazel's repository beside
+    this checkout in a runfiles tree, or under / (or under their usr/)."""
+    prefixes = [Path(p) for p in [os.environ.get(env_var)] if p]
+    prefixes += [*sorted(ROOT.parent.glob(repo_glob)), Path("/")]
+    bases = [b for p in prefixes for b in (p, p / "usr")]
+    return next(((b, f) for b in bases for f in files if (b / f).is_file()), None)
+
+
+def _loader_command(run: Run, cxx_flags: list[str], torch_link: list[str]) -> list[str]:
+    libs = [f"lib/{platform.machine()}-linux-gnu", "lib64", "lib"]
+    sodium = _find("MY_OPS_LIBSODIUM", "*libsodium*", *[f"{d}/libsodium.a" for d in libs])
+    nlohmann = _find("MY_OPS_NLOHMANN_JSON", "*nlohmann_json*", "include/nlohmann/json.hpp")
+    cmd = [run.facts["cxx"], *cxx_flags, "-O2", "-pthread", "-o", str(run.work / "loader")]
+    for hit in (sodium, nlohmann):
+        # g++ searches /usr/include anyway; an -isystem for it would come before libstdc++'s
+        # headers, whose #include_next then fails. Without the headers the compile fails
+        # on sodium.h or nlohmann/json.hpp, which the loader step explains.
+        if hit and (hit[0] / "include").resolve() not in SYSTEM_INCLUDES:
+            cmd += ["-isystem", str(hit[0] / "include")]
+    cmd += sorted(str(p) for p in (ROOT / "deploy/loader").glob("*.cpp"))
+    return cmd + ([str(sodium[0] / sodium[1])] if sodium else []) + torch_link + ["-ldl"]
+
+
+def step_build(run: Run, step: Step) -> None:
+    import torch
+
+    cuda = not run.args.cpu_only
+    cxx = os.environ.get("CXX") or "g++"
+    if not shutil.which(cxx):
+        raise RuntimeError(f"C++ compiler {cxx!r} not found (set CXX)")
+    torch_dir = Path(torch.__file__).resolve().parent
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    run.facts.update(torch=torch.__version__, torch_dir=str(torch_dir), cxx=cxx, cxx11_abi=abi)
+    run.facts["python"] = sys.version.split()[0]
+    flags, sources = bzl_lists(ROOT / FLAGS_FILE), find_sources()
+    includes = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{ROOT}", "-isystem"]
+    includes += [str(torch_dir / "include"), "-isystem"]
+    includes += [str(torch_dir / "include/torch/csrc/api/include")]
+    cxx_flags = ["-std=c++20", "-fPIC", *includes]
+    lib = torch_dir / "lib"
+    # DT_RPATH, not RUNPATH: it also covers the libraries they open, so a package's and the
+    # op library's torch dependencies resolve to this torch. torch_cuda stays although
+    # nothing calls it directly: a CUDA package needs it registered before it loads.
+    torch_link = [f"-L{lib}", "-Wl,--disable-new-dtags", f"-Wl,-rpath,{lib}", "-Wl,--no-as-needed"]
+    torch_link += [f"-Wl,-rpath-link,{d}" for d in nvidia_lib_dirs()]
+    torch_link += ["-ltorch", "-ltorch_cpu", "-lc10"]
+    torch_link += ["-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed"] if cuda else ["-Wl,--as-needed"]
+    jobs: dict[str, list[str]] = {}  # label: command, nvcc's (the slowest) first
+    cudart: list[str] = []
     if cuda:
-        libs += ["-ltorch_cuda", "-lc10_cuda"]
-    return [
-        tc.cxx,
-        *tc.cxx_flags(),
-        *sodium_include,
-        *json_include,
-        "-O2",
-        "-pthread",
-        # The loader's units include each other as "deploy/loader/x.h".
-        f"-I{ROOT}",
-        *sorted(str(p) for p in (ROOT / "deploy/loader").glob("*.cpp")),
-        *sodium_lib,
-        "-o",
-        str(binary),
-        f"-L{lib}",
-        # DT_RPATH (not RUNPATH) also applies to the libraries the loader
-        # opens, so the package's and the op library's torch dependencies
-        # resolve to this torch.
-        "-Wl,--disable-new-dtags",
-        f"-Wl,-rpath,{lib}",
-        *nvidia,
-        # Keep torch_cuda although the loader calls nothing in it directly: a
-        # CUDA package needs it registered before it loads.
-        "-Wl,--no-as-needed",
-        *libs,
-        "-Wl,--as-needed",
-        "-ldl",
-    ]
-
-
-_GPU_PROBE = """\
-import json, torch
-n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-info = {"count": n, "torch_cuda": torch.version.cuda}
-if n:
-    p = torch.cuda.get_device_properties(0)
-    info.update(name=p.name, capability=f"sm_{p.major}{p.minor}", memory_gib=p.total_memory / 2**30)
-print("GPU " + json.dumps(info))
-"""
-
-
-def _record_gpu(run: Run, probe: tuple[int, str], lines: AppendLog) -> None:
-    rc, out = probe
-    m = re.search(r"^GPU (.*)$", out, re.MULTILINE)
-    info = json.loads(m.group(1)) if rc == 0 and m else {"count": 0, "error": out.strip()[-500:]}
-    run.facts["gpu"] = info
-    lines.append(f"gpu: {info}")
-    if not info.get("count"):
-        run.say("warning: torch sees no CUDA device; the cuda steps will fail")
-        return
-    cap = info.get("capability", "")
-    newest = max(run.args.archs, key=lambda a: int(a[3:].rstrip("a")))
-    if cap not in run.args.archs and int(cap[3:]) < int(newest[3:].rstrip("a")):
-        run.say(f"warning: GPU is {cap}, --archs {','.join(run.args.archs)} has no code for it")
-    run.say(f"gpu: {info.get('name')} ({cap}, {info.get('memory_gib', 0):.0f} GiB)")
-
-
-def _timed(run: Run, cmd: list[str]) -> tuple[int, str, float]:
-    # Timed inside the pool: queueing for a free worker is not compile time.
-    t0 = time.monotonic()
-    rc, out = run.capture(cmd)
-    return rc, out, time.monotonic() - t0
-
-
-def step_build(run: Run, step: Step, work: Path, log_path: Path) -> dict:
-    """Compiles everything (the loader too) in one pool; returns the loader job's future info."""
-    args = run.args
-    # Written as it goes, so a run killed mid-build still leaves its log.
-    lines = AppendLog(log_path)
-    cuda = not args.cpu_only
-    sources = read_sources(ROOT / SOURCES_FILE)
-    tc = detect_toolchain(args.cpu_only, work, lines)
-    run.facts.update(
-        torch=tc.torch_version,
-        torch_dir=str(tc.torch_dir),
-        cxx11_abi=tc.abi,
-        glibc=".".join(map(str, tc.glibc)) if tc.glibc else None,
-        python=sys.version.split()[0],
-        nvcc=tc.nvcc_version,
-        cuda_root=str(tc.cuda_root) if tc.cuda_root else None,
-        rsqrt_overlay=tc.overlay is not None,
-        cudart=str(tc.cudart) if tc.cudart else None,
-        archs=args.archs if cuda else [],
-    )
-    lines.append("\n".join(f"{k}: {v}" for k, v in run.facts.items()))
-    obj_dir = work / "obj"
-    obj_dir.mkdir(parents=True, exist_ok=True)
-
-    jobs: list[tuple[str, list[str]]] = []  # (label, command): nvcc first, the slowest
-    objects: list[Path] = []
-    if cuda:
-        cu_flags = [
-            "-std=c++20",
-            "-x",
-            "cu",
-            "-ccbin",
-            shutil.which(tc.cxx) or tc.cxx,
-            "-Xcompiler",
-            "-fPIC",
-            "-O2",
-            # Only skips nvcc's host-compiler version check: on a borrowed
-            # machine a g++ newer than nvcc knows would otherwise cost the run.
-            "-allow-unsupported-compiler",
-            *_gencode(args.archs),
-        ]
-        if tc.overlay:
-            cu_flags.append(f"-I{tc.overlay}")
-        cu_flags += [
-            f"-D_GLIBCXX_USE_CXX11_ABI={tc.abi}",
-            f"-I{ROOT}",
-            "-isystem",
-            str(tc.torch_dir / "include"),
-            "-isystem",
-            str(tc.torch_dir / "include/torch/csrc/api/include"),
-        ]
-        if tc.nvidia_include:
-            cu_flags += ["-isystem", str(tc.nvidia_include)]
-        cu_flags += sources.nvcc_copt
-        for src in sources.cu:
-            obj = obj_dir / (src.replace("/", "__") + ".o")
-            objects.append(obj)
-            jobs.append((src, [tc.nvcc, *cu_flags, "-c", str(ROOT / src), "-o", str(obj)]))
-    for src in sources.cpp:
-        obj = obj_dir / (src.replace("/", "__") + ".o")
-        objects.append(obj)
-        jobs.append(
-            (
-                src,
-                [tc.cxx, *tc.cxx_flags(), *sources.cpu_copt, "-c", str(ROOT / src), "-o", str(obj)],
-            )
-        )
-    # Queued last: the library is needed first, and the loader only after
-    # the tests and the export, so it finishes in their shadow.
-    loader_bin = work / "loader"
-    loader_label = "deploy/loader/*.cpp (loader binary)"
-    if "loader" not in args.skip and "export" not in args.skip:
-        jobs.append((loader_label, loader_command(tc, loader_bin, cuda)))
-
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
-    # Asked in a child so this process never holds a CUDA context (and its
-    # memory) while the tests and the bench run.
-    gpu_probe = pool.submit(run.capture, [sys.executable, "-c", _GPU_PROBE]) if cuda else None
-    futures = {label: pool.submit(_timed, run, cmd) for label, cmd in jobs}
-    commands = dict(jobs)
-    labels = {f: label for label, f in futures.items() if label != loader_label}
-    results: dict[str, tuple[int, str, float]] = {}
-    for f in concurrent.futures.as_completed(labels):
-        label = labels[f]
-        rc, out, seconds = results[label] = f.result()
-        lines.append(f"\n$ {shlex.join(commands[label])}")
-        if out.strip():
-            lines.append(out.rstrip())
-        lines.append(f"[{'ok' if rc == 0 else f'FAILED ({rc})'}] {label} ({seconds:.1f} s)")
-    if gpu_probe is not None:
-        _record_gpu(run, gpu_probe.result(), lines)
-    failed = [label for label, (rc, _, _) in results.items() if rc != 0]
-    lib = work / "libmy_ops.so"
-    if not failed:
-        torch_lib = tc.torch_dir / "lib"
-        link = [
-            tc.cxx,
-            "-shared",
-            "-o",
-            str(lib),
-            *map(str, objects),
-            *sources.linkopt,
-            f"-L{torch_lib}",
-            f"-Wl,-rpath,{torch_lib}",
-            "-ltorch",
-            "-ltorch_cpu",
-            "-lc10",
-        ]
-        if cuda:
-            assert tc.cudart is not None
-            link += [
-                "-ltorch_cuda",
-                "-lc10_cuda",
-                f"-L{tc.cudart.parent}",
-                f"-Wl,-rpath,{tc.cudart.parent}",
-                f"-l:{tc.cudart.name}",
-            ]
-        rc, out = run.capture(link)
-        lines.append(f"\n$ {shlex.join(link)}")
-        if out.strip():
-            lines.append(out.rstrip())
-        lines.append(f"[{'ok' if rc == 0 else f'FAILED ({rc})'}] link libmy_ops.so")
-        if rc != 0:
-            failed.append("link")
-    step.facts["compile_s"] = {label: round(s, 1) for label, (_, _, s) in results.items()}
-    step.facts["sources"] = {"cpp": len(sources.cpp), "cu": len(sources.cu) if cuda else 0}
+        nvcc, cudart = _cuda(run, torch_dir.parent)
+        for src in sources["cu"]:
+            jobs[src] = [*nvcc, *includes, *flags["TORCH_NVCC_COPTS"], "-c", str(ROOT / src)]
+    arm = platform.machine() == "aarch64"
+    copts = flags["TORCH_CPU_KERNEL_COPTS_AARCH64" if arm else "TORCH_CPU_KERNEL_COPTS"]
+    for src in sources["cpp"]:
+        jobs[src] = [cxx, *cxx_flags, *copts, "-c", str(ROOT / src)]
+    objects = [run.work / (src.replace("/", "__") + ".o") for src in jobs]
+    for cmd, obj in zip(jobs.values(), objects, strict=True):
+        cmd += ["-o", str(obj)]
+    with open(run.log(step), "a") as log:
+        log.write("".join(f"{k}: {v}\n" for k, v in run.facts.items()))
+    run.pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
+    futures = {run.pool.submit(run.run, cmd): label for label, cmd in jobs.items()}
+    # Queued last: the library is needed first, the loader only after the tests and export.
+    run.loader = run.pool.submit(run.run, _loader_command(run, cxx_flags, torch_link))
+    done: dict[str, Job] = {}
+    for future in as_completed(futures):
+        job = done[futures[future]] = future.result()
+        with open(run.log(step), "a") as log:  # as it goes: a killed run still leaves its log
+            log.write(f"\n{job.output}[exit {job.rc}] {futures[future]} ({job.seconds:.1f} s)\n")
+    step.facts["compile_s"] = {label: round(job.seconds, 1) for label, job in done.items()}
+    failed = [label for label, job in done.items() if job.rc != 0]
     if failed:
-        step.status = "fail"
-        step.detail = "failed: " + ",".join(failed)
-        first = failed[0]
-        text = results[first][1] if first in results else lines.text()
-        run.say(f"build failed ({', '.join(failed)}):\n{tail(text)}")
-    else:
-        step.status = "ok"
-        step.detail = f"{len(results)} objects"
-        step.facts["library"] = str(lib)
-    return {
-        "future": futures.get(loader_label),
-        "cmd": commands.get(loader_label),
-        "binary": loader_bin,
-        "pool": pool,
-        "lib": lib if step.status == "ok" else None,
-    }
+        return run.fail(step, "failed: " + ",".join(failed), done[failed[0]])
+    out = run.work / "libmy_ops.so"
+    link = [cxx, "-shared", "-o", str(out), *map(str, objects)]
+    link += [*flags["TORCH_OP_LIBRARY_LINKOPTS"], *torch_link, *cudart]
+    job = run.run(link, run.log(step))
+    if job.rc != 0:
+        return run.fail(step, "failed: link", job)
+    step.status, step.detail, run.lib = "ok", f"{len(done)} objects", out

@@ -1,4 +1,4 @@
-"""One gpu_check run: its steps' results, their subprocesses, the summary and the verdict."""
+"""One gpu_check run: what the steps hand on, their subprocesses, the summary and the verdict."""
 
 from __future__ import annotations
 
@@ -9,50 +9,59 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 # Not resolved: under Bazel the runfiles tree (the declared data) is the source tree.
 ROOT = Path(os.path.abspath(__file__)).parents[2]
-STEPS = ("build", "tests", "export", "loader", "bench")
-LOG_FILES = {
-    "build": "build.log",
-    "tests": "tests.log",
-    "export": "export.log",
-    "loader": "loader.log",
-    "bench": "bench.txt",
-}
-# Each log keeps this much of its start and of its end; the middle is dropped.
-LOG_HEAD = 40_000
-LOG_TAIL = 160_000
-FAIL_TAIL_LINES = 40
+LOG_FILES = {"build": "build.log", "tests": "tests.log", "export": "export.log"}
+LOG_FILES |= {"loader": "loader.log", "bench": "bench.txt"}
+# A log keeps this much of its start and of its end: the cause and the outcome.
+LOG_HEAD, LOG_TAIL = 40_000, 160_000
 KILL_GRACE_S = 30
 
 
 @dataclass
 class Step:
     name: str
-    status: str = "not run"  # ok, fail, skipped, not run
+    status: str = "not run"  # ok, fail
     seconds: float = 0.0
     detail: str = ""
     facts: dict = field(default_factory=dict)
+
+
+@dataclass
+class Job:
+    """A finished command; its output starts with a "$ command" line."""
+
+    rc: int
+    output: str
+    seconds: float
 
 
 class Killed(Exception):
     """SIGTERM/SIGINT: stop, but still write the summary."""
 
 
+@dataclass
 class Run:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
-        self.t0 = time.monotonic()
-        self.deadline = self.t0 + args.budget
-        self.hard_deadline = self.deadline + KILL_GRACE_S
-        self.steps = {name: Step(name) for name in STEPS}
-        self.out = args.out_dir
-        self.children: set[subprocess.Popen] = set()
-        self.facts: dict = {}
+    args: argparse.Namespace
+    work: Path
+    t0: float = field(default_factory=time.monotonic)
+    steps: dict[str, Step] = field(default_factory=lambda: {n: Step(n) for n in LOG_FILES})
+    facts: dict = field(default_factory=dict)
+    children: set[subprocess.Popen] = field(default_factory=set)
+    pool: ThreadPoolExecutor | None = None
+    lib: Path | None = None  # libmy_ops.so, once linked
+    loader: Future[Job] | None = None  # the loader's compile, left running in the pool
+    export_dir: Path | None = None  # the exported package, once its parity passed
+
+    @property
+    def deadline(self) -> float:
+        return self.t0 + self.args.budget
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
@@ -60,139 +69,100 @@ class Run:
     def say(self, msg: str) -> None:
         print(f"[{self.elapsed():6.1f}s] {msg}", flush=True)
 
-    # -- subprocesses -------------------------------------------------------
+    def log(self, step: Step) -> Path:
+        return self.work / LOG_FILES[step.name]
 
-    def run(
-        self, cmd: list[str], log: Path, env: dict[str, str], cwd: Path = ROOT
-    ) -> tuple[int, str]:
-        """Runs cmd with its output appended to log; returns (exit status, its output)."""
-        timeout = self.hard_deadline - time.monotonic()
-        with open(log, "ab") as f:
-            f.write(f"$ {shlex.join(cmd)}\n".encode())
-            f.flush()
+    def fail(self, step: Step, detail: str, job: Job | None = None) -> None:
+        """Fails step, showing the tail of job's output."""
+        killed = job is not None and job.rc == 124
+        step.status, step.detail = "fail", "killed (time budget)" if killed else detail
+        lines = job.output.rstrip().splitlines()[-40:] if job else []
+        self.say("\n    ".join([f"{step.name}: {detail}", *(s[:300] for s in lines)]))
+
+    def run(self, cmd: list, log: Path | None = None, env: dict | None = None) -> Job:
+        """Runs cmd, its output (after a "$ cmd" line) appended to log; rc 124: out of time."""
+        timeout, t0, rc = self.deadline + KILL_GRACE_S - time.monotonic(), time.monotonic(), 124
+        with open(log, "a+b") if log else tempfile.TemporaryFile() as f:
             start = f.tell()
+            f.write(f"$ {shlex.join(map(str, cmd))}\n".encode())
+            f.flush()
             if timeout <= 0:
                 f.write(b"gpu_check: not started, time budget used up\n")
-                return 124, "not started, time budget used up"
-            proc = subprocess.Popen(
-                cmd,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                cwd=cwd,
-                env=env,
-                start_new_session=True,
-            )
-            self.children.add(proc)
-            try:
-                rc = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill(proc)
-                rc = 124
-                f.write(f"\ngpu_check: killed after {timeout:.0f} s (time budget)\n".encode())
-            finally:
-                self.children.discard(proc)
-        with open(log, "rb") as f:
+            else:
+                # In its own process group, so that compilers and test workers go with it.
+                proc = subprocess.Popen(
+                    cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    cwd=ROOT, env=env, start_new_session=True,
+                )  # fmt: skip
+                self.children.add(proc)
+                try:
+                    rc = proc.wait(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    f.write(f"\ngpu_check: killed after {timeout:.0f} s (time budget)\n".encode())
+                finally:
+                    self.kill(proc)
             f.seek(start)
-            text = f.read().decode(errors="replace")
-        return rc, text
+            return Job(rc, f.read().decode(errors="replace"), time.monotonic() - t0)
 
-    def capture(self, cmd: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
-        """Runs a short command (build jobs, probes) and returns (status, output)."""
-        timeout = max(1.0, self.hard_deadline - time.monotonic())
-        proc = subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            cwd=ROOT,
-            env=env,
-            start_new_session=True,
-        )
-        self.children.add(proc)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-            rc = proc.returncode
-        except subprocess.TimeoutExpired:
-            self.kill(proc)
-            out, _ = proc.communicate()
-            out += f"\ngpu_check: killed after {timeout:.0f} s (time budget)\n".encode()
-            rc = 124
-        finally:
-            self.children.discard(proc)
-        return rc, out.decode(errors="replace")
+    def kill(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+        self.children.discard(proc)
 
-    @staticmethod
-    def kill(proc: subprocess.Popen) -> None:
-        # Each child leads its own process group, so compilers and test
-        # workers it started go with it.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
-
-    def kill_children(self) -> None:
-        for proc in list(self.children):
-            self.kill(proc)
-
-    # -- summary ------------------------------------------------------------
-
-    def verdict(self, final: bool) -> tuple[bool, str]:
-        s = self.steps
-        failed = [st.name for st in s.values() if st.status == "fail"]
-        not_run = [st.name for st in s.values() if st.status == "not run"]
-        ok = final and not failed and not not_run
-        parts = [f"build={s['build'].status}"]
-        t = s["tests"]
-        if "passed" in t.facts:
-            tests = f"{t.facts['passed']} passed/{t.facts['failed'] + t.facts['errors']} failed"
-            if t.facts["skipped"]:
-                tests += f"/{t.facts['skipped']} skipped"
-            if t.facts.get("partial"):
-                tests += f" ({', '.join(t.facts['partial'])})"
-            if t.status == "fail" and t.detail:
-                tests += f" ({t.detail})"
-            parts.append(f"tests={tests}")
-        else:
-            parts.append(f"tests={t.detail or t.status}")
-        e = s["export"]
-        parts.append(f"export={e.facts.get('export', e.status)}")
-        parts.append(f"aoti_parity={e.facts.get('parity', e.status)}")
-        lo = s["loader"]
-        parts.append(f"loader_parity={lo.facts.get('parity', lo.status)}")
-        b = s["bench"]
-        parts.append(f"bench={b.detail or b.status}")
-        head = "PASS" if ok else ("FAIL" if final else "RUNNING")
-        line = f"gpu_check: {head} {' '.join(parts)} in {self.elapsed():.0f} s"
-        if failed or (final and not_run):
-            line += " [failed: " + ",".join(failed + [f"{n}(not run)" for n in not_run]) + "]"
-        return ok, line
+    def child_env(self) -> dict[str, str]:
+        """For Python children: this torch, the checkout's my_ops and library, caches in work."""
+        tmp = self.work / "tmp"
+        env = dict(os.environ, MY_OPS_LIBRARY=str(self.lib), PYTHONDONTWRITEBYTECODE="1")
+        env.update(PYTHONUNBUFFERED="1", TMPDIR=str(tmp), TRITON_CACHE_DIR=str(tmp / "triton"))
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor")
+        # Bazel's test sandbox may leave HOME unset; caches must land somewhere writable.
+        env.setdefault("HOME", str(tmp))
+        # sys.path carries torch (under Bazel: the locked wheel); python/ wins over any my_ops.
+        paths = [str(ROOT / "python")] + [p for p in sys.path if p and Path(p).is_dir()]
+        env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        return env
 
     def write_summary(self, final: bool) -> str:
-        ok, line = self.verdict(final)
-        total = self.elapsed()
+        """summary.json and verdict.txt, rewritten after each step so a killed run leaves them."""
+        s, total = self.steps, self.elapsed()
+        failed = [n for n, st in s.items() if st.status == "fail"]
+        not_run = [n for n, st in s.items() if st.status == "not run"]
+        verdict = "PASS" if final and not (failed or not_run) else ("FAIL" if final else "RUNNING")
+        e, lo = s["export"], s["loader"]
+        parts = {
+            "build": s["build"].status,
+            "tests": s["tests"].detail or s["tests"].status,
+            "export": e.facts.get("export", e.status),
+            "aoti_parity": e.facts.get("parity", e.status),
+            "loader_parity": lo.facts.get("parity", lo.status),
+            "bench": s["bench"].detail or s["bench"].status,
+        }
+        line = f"gpu_check: {verdict} " + " ".join(f"{k}={v}" for k, v in parts.items())
+        line += f" in {total:.0f} s"
+        if failed or (final and not_run):
+            line += " [failed: " + ",".join(failed + [f"{n}(not run)" for n in not_run]) + "]"
         summary = {
-            "verdict": "PASS" if ok else ("FAIL" if final else "RUNNING"),
+            "verdict": verdict,
             "line": line,
             "mode": "cpu-only" if self.args.cpu_only else "cuda",
             "seconds": round(total, 1),
             "budget_s": self.args.budget,
             "steps": {
-                name: dict(
-                    asdict(st),
-                    seconds=round(st.seconds, 1),
-                    fraction_of_total=round(st.seconds / total, 3) if total else 0.0,
-                    log=LOG_FILES[name],
-                )
-                for name, st in self.steps.items()
+                n: asdict(st)
+                | {"seconds": round(st.seconds, 1), "log": LOG_FILES[n]}
+                | {"fraction_of_total": round(st.seconds / total, 3) if total else 0.0}
+                for n, st in s.items()
             },
             "environment": self.facts,
         }
-        tmp = self.out / ".summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-        os.replace(tmp, self.out / "summary.json")
-        (self.out / "verdict.txt").write_text(line + "\n")
+        out = self.args.out_dir
+        (out / ".summary.json.tmp").write_text(json.dumps(summary, indent=2, default=str) + "\n")
+        os.replace(out / ".summary.json.tmp", out / "summary.json")
+        (out / "verdict.txt").write_text(line + "\n")
         return line
 
 
@@ -201,52 +171,8 @@ def truncate_into(src: Path, dst: Path) -> None:
         return
     size = src.stat().st_size
     with open(src, "rb") as f:
-        if size <= LOG_HEAD + LOG_TAIL:
-            data = f.read()
-        else:
-            head = f.read(LOG_HEAD)
+        data = f.read(LOG_HEAD)
+        if size > LOG_HEAD + LOG_TAIL:
+            data += f"\n\n[... {size - LOG_HEAD - LOG_TAIL} bytes left out ...]\n\n".encode()
             f.seek(size - LOG_TAIL)
-            tail = f.read()
-            dropped = size - LOG_HEAD - LOG_TAIL
-            data = head + f"\n\n[... {dropped} bytes left out ...]\n\n".encode() + tail
-    dst.write_bytes(data)
-
-
-def tail(text: str, lines: int = FAIL_TAIL_LINES) -> str:
-    kept = text.rstrip().splitlines()[-lines:]
-    return "\n".join("    " + line[:300] for line in kept)
-
-
-def child_env(work: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    # The parent's sys.path carries torch (under Bazel: the locked wheel), and
-    # the checkout's python/ must win over any other my_ops.
-    paths = [str(ROOT / "python")] + [p for p in sys.path if p and Path(p).is_dir()]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    tmp = work / "tmp"
-    env["TMPDIR"] = str(tmp)
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor")
-    env["TRITON_CACHE_DIR"] = str(tmp / "triton")
-    if not env.get("HOME"):
-        # Bazel test sandboxes may leave HOME unset; caches must land somewhere writable.
-        env["HOME"] = str(work / "home")
-        (work / "home").mkdir(exist_ok=True)
-    env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["PYTHONUNBUFFERED"] = "1"
-    if extra:
-        env.update(extra)
-    return env
-
-
-class AppendLog:
-    """A list-like sink whose lines go straight to a file."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def append(self, line: str) -> None:
-        with open(self.path, "a") as f:
-            f.write(line + "\n")
-
-    def text(self) -> str:
-        return self.path.read_text() if self.path.exists() else ""
+        dst.write_bytes(data + f.read())

@@ -1,41 +1,81 @@
-"""The export step: deploy/export.py, then the package's output under aoti_load_package."""
+"""The export and loader steps: deploy/export.py's package, checked by export.py itself
+(aoti_load_package against eager) and run by the C++ loader compiled in the build pool."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from pathlib import Path
 
-from check_run import Run, Step, child_env, tail
-from parity import parity_script, run_parity
+from build_step import nvidia_lib_dirs
+from check_run import Run, Step
+
+# export.py's verify stage (a cross-compiled package's is "skipped"): export.py exits 0,
+# publishing the package, only once it passed.
+VERIFY_STAGE = re.compile(r"^verify\s+\.\.\. (?!skipped)", re.MULTILINE)
+# Two runs in one process at each batch size: a CUDA package loads its kernels on first
+# use, and a second shape takes other kernel paths.
+LOADER_BATCHES = (1, 3)
+# The default model treats batch rows alike, so batch N's data is N copies of batch 1's.
+_REPEAT = """import os, sys, torch
+n, out = int(sys.argv[1]), sys.argv[2]
+for path in sys.argv[3:]:
+    x = torch.load(path)
+    torch.save(tuple(torch.cat([t] * n) for t in (x if isinstance(x, (tuple, list)) else (x,))),
+               f"{out}/{os.path.basename(path)}")
+"""
+LOADER_HINTS = {
+    "sodium.h": "needs libsodium: apt-get install libsodium-dev, or MY_OPS_LIBSODIUM",
+    "nlohmann/json.hpp": "needs nlohmann/json: apt-get install nlohmann-json3-dev, or "
+    "MY_OPS_NLOHMANN_JSON",
+}
 
 
-def step_export(run: Run, step: Step, work: Path, lib: Path, log_path: Path) -> Path | None:
+def step_export(run: Run, step: Step) -> None:
     device = "cpu" if run.args.cpu_only else "cuda"
-    export_dir = work / "export"
-    env = child_env(work, {"MY_OPS_LIBRARY": str(lib)})
-    cmd = [sys.executable, "deploy/export.py", "--device", device, "--out", str(export_dir)]
-    rc, out = run.run(cmd, log_path, env)
-    step.facts["device"] = device
-    if rc != 0:
-        step.status = "fail"
-        step.facts["export"] = "fail"
-        step.facts["parity"] = "not run"
-        step.detail = "killed (time budget)" if rc == 124 else f"export.py exit {rc}"
-        run.say(f"export failed (exit {rc}):\n{tail(out)}")
-        return None
-    step.facts["export"] = "ok"
-    times = re.search(r"exported in .*", out)
-    if times:
-        step.facts["export_times"] = times.group(0)
-    files = [export_dir / n for n in ("model.pt2", "sample_input.pt", "expected_output.pt")]
-    missing = [f.name for f in files if not f.exists()]
-    if missing:
-        step.status = "fail"
-        step.facts["parity"] = "not run"
-        step.detail = "missing " + ",".join(missing)
-        return None
-    step.facts["package_bytes"] = files[0].stat().st_size
-    cmd = [sys.executable, str(parity_script(work)), "aoti", *map(str, files), device]
-    run_parity(run, step, cmd, log_path, env, "aoti_load_package parity failed")
-    return export_dir
+    out_dir = run.work / "export"
+    cmd = [sys.executable, "deploy/export.py", "--device", device, "--out", str(out_dir)]
+    job = run.run(cmd, run.log(step), run.child_env())
+    verified = job.rc == 0 and bool(VERIFY_STAGE.search(job.output))
+    step.facts.update(device=device, export="ok" if job.rc == 0 else "fail")
+    step.facts.update(parity="ok" if verified else "fail" if job.rc == 0 else "not run")
+    step.facts["times"] = (re.findall(r"exported in .*", job.output) or [None])[0]
+    if job.rc != 0:
+        return run.fail(step, f"export.py exit {job.rc}", job)
+    if not verified:
+        return run.fail(step, "export.py ran no verify stage", job)
+    step.status, run.export_dir = "ok", out_dir
+
+
+def step_loader(run: Run, step: Step) -> None:
+    job = run.loader.result()  # waits only if it is still compiling
+    with open(run.log(step), "a") as f:
+        f.write(f"{job.output}[exit {job.rc}] loader build\n")
+    # Compiled during the build and tests steps: not part of this step's time.
+    step.facts.update(build="ok" if job.rc == 0 else "fail", build_s_in_pool=round(job.seconds, 1))
+    if job.rc != 0:
+        step.facts["parity"] = "build_failed"
+        hints = "".join(f" ({hint})" for key, hint in LOADER_HINTS.items() if key in job.output)
+        return run.fail(step, "loader build failed" + hints, job)
+    env = run.child_env()
+    dirs = [*map(str, nvidia_lib_dirs()), env.get("LD_LIBRARY_PATH", "")]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(d for d in dirs if d)
+    package = run.export_dir
+    for batch in LOADER_BATCHES:
+        data = package if batch == 1 else run.work / f"batch{batch}"
+        if batch != 1:
+            data.mkdir()
+            files = [str(package / n) for n in ("sample_input.pt", "expected_output.pt")]
+            job = run.run([sys.executable, "-c", _REPEAT, str(batch), str(data), *files], env=env)
+            if job.rc != 0:
+                return run.fail(step, f"cannot make the batch-{batch} files", job)
+        # The loader reads no environment for libraries: the op library is named.
+        cmd = [run.work / "loader", "--ops", run.lib, "--package", package / "model.pt2"]
+        cmd += ["--input", data / "sample_input.pt", "--output", run.work / "out.pt"]
+        cmd += ["--expect", data / "expected_output.pt", "--runs", 2, "--atol=1e-4", "--rtol=1e-4"]
+        job = run.run(list(map(str, cmd)), run.log(step), env)
+        step.facts[f"loader_exit_b{batch}"] = job.rc
+        step.facts["parity"] = "ok" if job.rc == 0 and "outputs match" in job.output else "fail"
+        if step.facts["parity"] != "ok":
+            return run.fail(step, f"loader exit {job.rc} at batch {batch}", job)
+    step.status = "ok"

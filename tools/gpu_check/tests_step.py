@@ -1,80 +1,60 @@
-"""The tests step: the op tests (python/tests) under pytest, against the library just built."""
+"""The tests step: python/tests under pytest, against the library just built."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import sys
-from pathlib import Path
 
-from check_run import Run, Step, child_env, tail
+from check_run import Run, Step
 
-# testing_utils imports these two names at module level; only
-# test_properties.py uses them, and it is skipped when hypothesis is missing.
-_HYPOTHESIS_STUB = """\
-class HealthCheck:
+# Without hypothesis the suite runs against this stub of what testing_utils imports at
+# module level; the files that need more skip themselves or are left out.
+_HYPOTHESIS_STUB = """class HealthCheck:
     too_slow = data_too_large = None
-
-
 def settings(*args, **kwargs):
     raise RuntimeError("hypothesis is not installed")
 """
 
 
-def _pytest_counts(text: str) -> dict[str, int]:
+def pytest_counts(text: str) -> dict[str, int]:
+    """The counts of pytest's last summary line ("3 passed, 1 skipped in 2.0s")."""
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    summary = ""
-    for line in text.splitlines():
-        if re.search(r"\d+ (passed|failed|error|errors|skipped|deselected)\b", line) and (
-            " in " in line
-        ):
-            summary = line
-    for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped|deselected|xfailed)", summary):
-        key = "errors" if word.startswith("error") else word
-        counts[key] = counts.get(key, 0) + int(n)
+    summaries = [s for s in text.splitlines() if re.search(r"\d+ \w+.* in [\d.]+s", s)]
+    for n, word in re.findall(r"(\d+) (passed|failed|errors?|skipped)", (summaries or [""])[-1]):
+        counts["errors" if word.startswith("error") else word] += int(n)
     return counts
 
 
-def step_tests(run: Run, step: Step, work: Path, lib: Path, log_path: Path) -> None:
-    import importlib.util
-
-    device = "cpu" if run.args.cpu_only else "cuda"
-    extra = {"MY_OPS_LIBRARY": str(lib), "MY_OPS_TEST_DEVICES": device}
-    cmd = [sys.executable, "-m", "pytest", "python/tests", "-q", "-p", "no:cacheprovider"]
-    cmd += ["--durations=5"]
-    notes = []
-    # Shown in the verdict, so a PASS over part of the suite says so.
-    partial = []
+def step_tests(run: Run, step: Step) -> None:
     if importlib.util.find_spec("pytest") is None:
-        step.status = "fail"
-        step.detail = "pytest not installed"
-        return
-    if device == "cuda" and not run.facts.get("gpu", {}).get("count"):
-        # Every cuda test would be skipped, and a run of skips is no pass.
-        step.status = "fail"
-        step.detail = "no CUDA device visible to torch"
-        return
-    env = child_env(work, extra)
+        return run.fail(step, "pytest not installed")
+    # Named devices are a demand: the suite fails, rather than skips, where one is missing.
+    device = "cpu" if run.args.cpu_only else "cuda"
+    env = run.child_env() | {"MY_OPS_TEST_DEVICES": device}
+    cmd = [sys.executable, "-m", "pytest", "python/tests", "-q", "-p", "no:cacheprovider"]
+    cmd.append("--durations=5")
+    partial = []  # shown in the verdict, so that a PASS over part of the suite says so
     if importlib.util.find_spec("hypothesis") is None:
-        stub = work / "hypothesis_stub"
-        (stub / "hypothesis").mkdir(parents=True, exist_ok=True)
-        (stub / "hypothesis/__init__.py").write_text(_HYPOTHESIS_STUB)
-        env["PYTHONPATH"] += os.pathsep + str(stub)
-        cmd += ["--ignore=python/tests/test_properties.py"]
-        notes.append("hypothesis missing: test_properties.py skipped")
-        partial.append("no test_properties: hypothesis missing")
-        run.say("note: hypothesis is not installed; skipping python/tests/test_properties.py")
+        stub = run.work / "hypothesis_stub/hypothesis"
+        stub.mkdir(parents=True, exist_ok=True)
+        (stub / "__init__.py").write_text(_HYPOTHESIS_STUB)
+        env["PYTHONPATH"] += os.pathsep + str(stub.parent)
+        cmd.append("--ignore=python/tests/test_properties.py")
+        partial.append("hypothesis missing: its tests skipped")
     if run.args.tests_subset:
         cmd += ["-k", run.args.tests_subset]
-        notes.append(f"subset -k {run.args.tests_subset!r}")
         partial.append("subset")
-        run.say(f"note: only the tests matching -k {run.args.tests_subset!r}")
-    rc, out = run.run(cmd, log_path, env)
-    counts = _pytest_counts(out)
-    step.facts.update(counts, device=device, notes=notes, partial=partial, exit_status=rc)
-    if rc == 0 and counts["passed"] > 0:
-        step.status = "ok"
+    for note in partial:
+        run.say(f"note: {note}")
+    job = run.run(cmd, run.log(step), env)
+    c = pytest_counts(job.output)
+    step.facts.update(c, device=device, partial=partial, exit_status=job.rc)
+    shown = f"{c['passed']} passed/{c['failed'] + c['errors']} failed"
+    shown += f"/{c['skipped']} skipped" if c["skipped"] else ""
+    shown += f" ({', '.join(partial)})" if partial else ""
+    if job.rc == 0 and c["passed"] > 0:
+        step.status, step.detail = "ok", shown
     else:
-        step.status = "fail"
-        step.detail = "killed (time budget)" if rc == 124 else f"pytest exit {rc}"
-        run.say(f"tests failed (exit {rc}):\n{tail(out)}")
+        run.fail(step, f"{shown} (pytest exit {job.rc})", job)
