@@ -13,6 +13,7 @@ TORCH_LIBRARY(my_ops, m) {
   m.def("identity_conv_op(Tensor x) -> Tensor");
   m.def("fused_bias_gelu(Tensor x, Tensor bias, str approximate=\"none\") -> Tensor");
   m.def("fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-6) -> (Tensor, Tensor)");
+  m.def("silu_and_mul(Tensor x) -> Tensor");
   // clang-format on
 
   using my_ops::RMSNorm;
