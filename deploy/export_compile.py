@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shlex
@@ -10,6 +11,8 @@ import stat
 from typing import Any
 
 from export_error import ExportError
+from package_contract import Contract, ContractError
+from package_contract import load as _load_contract
 
 # What --isa means as a -march value, recorded in the manifest.
 MARCH = {"portable": "x86-64-v3", "native": "native"}
@@ -37,6 +40,15 @@ def cuda_home() -> str | None:
 # Written by //tools/cc:cxx_toolchain: the compiler and sysroot flags of the
 # C++ toolchain that built the op library and the loader.
 _TOOLCHAIN_JSON = "_main/tools/cc/cxx_toolchain.json"
+
+
+@functools.cache
+def load_contract() -> Contract:
+    """deploy/package_contract.json, whose errors are the export's."""
+    try:
+        return _load_contract()
+    except ContractError as e:
+        raise ExportError(str(e)) from e
 
 
 def runfiles_roots() -> list[str]:
@@ -120,54 +132,44 @@ def write_cxx_wrapper(tmp: str) -> tuple[str, str]:
     return path, what
 
 
-# c10::toString(ScalarType) names, which the C++ loader compares against.
-_C10_DTYPE_NAMES = {
-    "float32": "Float",
-    "float64": "Double",
-    "float16": "Half",
-    "bfloat16": "BFloat16",
-    "int64": "Long",
-    "int32": "Int",
-    "int16": "Short",
-    "int8": "Char",
-    "uint8": "Byte",
-    "bool": "Bool",
-}
-
-
 def input_signature(ep: Any) -> str | None:
-    """Describe the accepted inputs for the C++ loader's validation.
+    """Describe the accepted inputs for the C++ loader's validation, as JSON text.
 
-    Format: "Dtype:d0,d1,...;..." with a dim either "N" or "LO-HI" ("inf" when
-    unbounded). Returns None when an input is not a plain tensor, in which case
+    One object per input: {"dtype": c10 name, "sizes": [{"min": LO, "max": HI},
+    ...]}, with "max" null when a dynamic dim is unbounded and min == max for a
+    static one (deploy/loader/input_signature.h reads it). Returns None when an
+    input is not a plain tensor of a dtype the contract names, in which case
     the loader falls back to AOTI's runtime checks.
     """
+    import sympy
     import torch
 
+    dtypes = load_contract().input_dtypes
     user_inputs = set(ep.graph_signature.user_inputs)
-    parts = []
+    inputs = []
     for node in ep.graph.nodes:
         if node.op != "placeholder" or node.name not in user_inputs:
             continue
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             return None
-        dtype = _C10_DTYPE_NAMES.get(str(val.dtype).removeprefix("torch."))
+        dtype = dtypes.get(str(val.dtype).removeprefix("torch."))
         if dtype is None:
             return None
-        dims = []
+        sizes = []
         for d in val.shape:
             if isinstance(d, int):
-                dims.append(str(d))
+                sizes.append({"min": d, "max": d})
                 continue
             vr = ep.range_constraints.get(d.node.expr)
             if vr is None:
                 return None
-            lo = int(vr.lower)
-            hi = "inf" if not vr.upper.is_finite else str(int(vr.upper))
-            dims.append(f"{lo}-{hi}")
-        parts.append(f"{dtype}:{','.join(dims)}")
-    return ";".join(parts)
+            # An unbounded dim's upper bound is torch's int_oo, whose is_finite
+            # is True (sympy derives it from is_integer): only an Integer is a bound.
+            hi = int(vr.upper) if isinstance(vr.upper, sympy.Integer) else None
+            sizes.append({"min": int(vr.lower), "max": hi})
+        inputs.append({"dtype": dtype, "sizes": sizes})
+    return json.dumps(inputs, separators=(",", ":"))
 
 
 def inductor_options(
@@ -186,7 +188,7 @@ def inductor_options(
         "aot_inductor.check_lowerbound": False,
     }
     if signature is not None:
-        opts["aot_inductor.metadata"] = {"my_ops.inputs": signature}
+        opts["aot_inductor.metadata"] = {load_contract().input_metadata_key: signature}
     if cross:
         return opts
     opts["cpp.march"] = MARCH[isa]

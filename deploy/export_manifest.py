@@ -2,8 +2,8 @@
 
 The manifest records the sha256 of the package and of the op library it was
 verified with, the torch version, the target (linux-x86_64, linux-aarch64),
-the CPU instruction set and the device. The CPU features come from
-loader/cpu_features.inc, the table the loader compiles in.
+the CPU instruction set and the device. The format and the CPU features come
+from package_contract.json, which the loader compiles in.
 manifest.sig, when the export is given a key, is an Ed25519 signature of the
 manifest's exact bytes.
 """
@@ -11,93 +11,40 @@ manifest's exact bytes.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
-import re
 import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-from export_compile import MARCH, real_cxx
+from export_compile import MARCH, load_contract, real_cxx
 from export_error import ExportError, first_line
-
-# The C++ loader reads exactly this format; change both together.
-MANIFEST_FORMAT = "my_ops.manifest/1"
-
-# The targets a package can be exported for, as manifest.json and the loader
-# name them, with the macro by which a compiler says it compiles for one.
-TARGET_MACROS = {"linux-x86_64": "__x86_64__", "linux-aarch64": "__aarch64__"}
-
-# The CPU features the loader can check, per target: the table the loader
-# compiles in (loader/cpu_check.cpp). It is at loader/ beside this file in a
-# checkout, in the runfiles (//deploy/loader:cpu_features.inc as data) and in
-# tools/gpu_check's copy alike. abspath, not realpath: under Bazel the runfiles
-# tree is what holds it.
-CPU_FEATURES_TABLE = os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "loader", "cpu_features.inc"
-)
-
-_TABLE_TARGETS = {"X86": "linux-x86_64", "AARCH64": "linux-aarch64"}
-# One row, in any of the four shapes the table's header describes; which
-# parts a shape must have is checked after the match.
-_ROW = re.compile(
-    r'MY_OPS_(?P<arch>X86|AARCH64)_(?P<kind>LEVEL|FEATURE)\("(?P<name>[a-z0-9][a-z0-9.-]*)"'
-    r'(?:, "(?P<macro>__[A-Za-z0-9_]+)")?'
-    r"(?:, (?P<auxv>AT_HWCAP2?), (?P<bits>HWCAP2?_[A-Z0-9]+(?: \| HWCAP2?_[A-Z0-9]+)*))?\)"
-)
+from package_contract import CONTRACT_PATH, CpuFeature
 
 
-@dataclasses.dataclass(frozen=True)
-class CpuFeature:
-    target: str
-    name: str
-    # The compiler macro that says code may use it; None for a -march level.
-    macro: str | None
+def manifest_format() -> str:
+    """The format the C++ loader reads, the one make_manifest writes."""
+    return load_contract().manifest_format
 
 
-def _row_shape_ok(m: re.Match[str]) -> bool:
-    if (m["macro"] is not None) != (m["kind"] == "FEATURE"):
-        return False
-    if m["arch"] == "X86":
-        return m["auxv"] is None
-    # An AT_HWCAP2 bit tested against AT_HWCAP, or the reverse, checks another feature.
-    return m["auxv"] is not None and all(
-        bit.startswith("HWCAP2_") == (m["auxv"] == "AT_HWCAP2") for bit in m["bits"].split(" | ")
-    )
+def target_macros() -> dict[str, str]:
+    """The targets a package can be exported for, as manifest.json names them.
 
-
-def read_cpu_features(path: str = CPU_FEATURES_TABLE) -> list[CpuFeature]:
-    """The rows of the CPU-feature table, in order; any line it cannot read is an error.
-
-    Lenient parsing would drop a row the loader still compiles in, and the
-    exporter would then never ask for that feature.
+    Each with the macro by which a compiler says it compiles for that target.
     """
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise ExportError(f"cannot read the CPU feature table {path}: {e.strerror}") from e
-    rows: list[CpuFeature] = []
-    seen: set[tuple[str, str]] = set()
-    for number, line in enumerate(lines, 1):
-        if not line.strip() or line.startswith("//"):
-            continue
-        m = _ROW.fullmatch(line)
-        if m is None or not _row_shape_ok(m):
-            raise ExportError(f"{path}:{number}: not a row of the CPU feature table: {line!r}")
-        row = CpuFeature(_TABLE_TARGETS[m["arch"]], m["name"], m["macro"])
-        if (row.target, row.name) in seen:
-            raise ExportError(f"{path}:{number}: {row.name!r} is listed twice for {row.target}")
-        seen.add((row.target, row.name))
-        rows.append(row)
-    return rows
+    return load_contract().target_macros
+
+
+def read_cpu_features() -> tuple[CpuFeature, ...]:
+    """The CPU features the loader can check, every target's, in the contract's order."""
+    return load_contract().cpu_features
 
 
 def _check_target(target: str) -> None:
-    if target not in TARGET_MACROS:
-        raise ExportError(f"unknown target {target!r}; one of {', '.join(sorted(TARGET_MACROS))}")
+    known = target_macros()
+    if target not in known:
+        raise ExportError(f"unknown target {target!r}; one of {', '.join(sorted(known))}")
 
 
 def cpu_features(cxx: str, march: str, target: str = "linux-x86_64") -> list[str]:
@@ -122,10 +69,9 @@ def cpu_features(cxx: str, march: str, target: str = "linux-x86_64") -> list[str
     defined = {line.split()[1] for line in proc.stdout.splitlines() if line.startswith("#define ")}
     # Another architecture's compiler would match none of the target's macros
     # and so ask for nothing.
-    if TARGET_MACROS[target] not in defined:
-        raise ExportError(
-            f"{cxx} does not compile for {target}: it does not define {TARGET_MACROS[target]}"
-        )
+    macro = target_macros()[target]
+    if macro not in defined:
+        raise ExportError(f"{cxx} does not compile for {target}: it does not define {macro}")
     return sorted(
         row.name
         for row in read_cpu_features()
@@ -172,7 +118,7 @@ def make_manifest(
     if march != "native" and march not in levels:
         raise ExportError(
             f"-march={march} is not a level the {target} loader can check; one of "
-            f"{', '.join(levels)} or native (see {CPU_FEATURES_TABLE})"
+            f"{', '.join(levels)} or native (see {CONTRACT_PATH})"
         )
     libraries = []
     for lib in op_libraries:
@@ -181,7 +127,7 @@ def make_manifest(
         except OSError as e:
             raise ExportError(f"cannot read op library {lib}: {e.strerror}") from e
     manifest = {
-        "format": MANIFEST_FORMAT,
+        "format": manifest_format(),
         "package": {"file": os.path.basename(package), "sha256": sha256_file(package)},
         "op_libraries": libraries,
         "torch_version": torch.__version__,

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from export_error import EXIT_OUT_REFUSED, ExportError
-from export_manifest import MANIFEST_FORMAT
+from export_manifest import manifest_format
 
 # Everything an export writes into --out (manifest.sig only when signed).
 EXPORT_FILES = ("model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json")
@@ -32,7 +32,7 @@ def _is_export_manifest(path: str) -> bool:
             data = json.loads(f.read(1 << 20))
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and data.get("format") == MANIFEST_FORMAT
+    return isinstance(data, dict) and data.get("format") == manifest_format()
 
 
 def check_out(path: str, shown: str | None = None) -> None:
@@ -75,7 +75,7 @@ def check_out(path: str, shown: str | None = None) -> None:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         why = f"it holds {listed}{more}"
     elif not _is_export_manifest(os.path.join(path, "manifest.json")):
-        why = f"it has no manifest.json of format {MANIFEST_FORMAT}"
+        why = f"it has no manifest.json of format {manifest_format()}"
     else:
         return
     raise ExportError(

@@ -34,12 +34,18 @@ from typing import Any, NoReturn
 
 # absolute(), not resolve(): keep to the runfiles tree under Bazel.
 HERE = Path(os.path.abspath(__file__)).parent
+# package_contract.py sits beside this file; loading this file by path, as the
+# tests do, does not put its folder on sys.path.
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from package_contract import ContractError  # noqa: E402
+from package_contract import load as load_contract  # noqa: E402
+
 TOP = "my_ops_bundle"
 EXPORT_FILES = ("model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json")
 # Present only when the export was signed.
 OPTIONAL_EXPORT_FILES = ("manifest.sig",)
-# The format line export.py writes and the C++ loader reads.
-MANIFEST_FORMAT = "my_ops.manifest/1"
 EXIT_FAILURE = 1
 EXIT_MISMATCH = 3
 
@@ -77,8 +83,13 @@ def _read_manifest(path: Path) -> dict[str, Any]:
         broken("is not valid JSON")
     if not isinstance(data, dict):
         broken("is not a JSON object")
-    if data.get("format") != MANIFEST_FORMAT:
-        broken(f"has format {data.get('format')!r}, not {MANIFEST_FORMAT!r}")
+    try:
+        # The format export.py writes and the C++ loader reads.
+        fmt = load_contract().manifest_format
+    except ContractError as e:
+        _die(str(e))
+    if data.get("format") != fmt:
+        broken(f"has format {data.get('format')!r}, not {fmt!r}")
     package = data.get("package")
     if not isinstance(package, dict) or not isinstance(package.get("sha256"), str):
         broken("has no package sha256")

@@ -2,12 +2,13 @@
 
 #include <sys/stat.h>
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include "deploy/loader/failure.h"
 #include "deploy/loader/file_io.h"
-#include "deploy/loader/input_signature.h"
 
 namespace my_ops::loader {
 
@@ -81,6 +82,13 @@ Exit status (one line on stderr for every error):
 )";
 
 namespace {
+
+// std::from_chars rather than strtol: glibc >= 2.38 headers redirect strtol to __isoc23_strtol,
+// which would raise the binary's minimum glibc for nothing.
+bool parse_int(const std::string& s, int64_t& out) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return !s.empty() && ec == std::errc() && end == s.data() + s.size();
+}
 
 long parse_count(const std::string& flag, const std::string& v, long min, long max) {
   int64_t n = 0;

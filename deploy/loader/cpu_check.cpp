@@ -1,5 +1,7 @@
 #include "deploy/loader/cpu_check.h"
 
+#include "deploy/loader/package_contract.h"
+
 #if defined(__aarch64__)
 #include <sys/auxv.h>
 #endif
@@ -7,11 +9,11 @@
 namespace my_ops::loader {
 namespace {
 
-// Each target keeps its own rows of cpu_features.inc; the other target's rows expand to nothing,
-// their arguments unexpanded, so their constants need not exist here.
+// Each target expands only its own rows of the contract; the other target's rows stay an
+// unexpanded macro, so their constants need not exist here.
 #if defined(__x86_64__)
 
-constexpr const char* kThisTarget = "linux-x86_64";
+constexpr const char* kThisTarget = MY_OPS_TARGET_LINUX_X86_64;
 
 struct CpuFeature {
   const char* name;
@@ -19,10 +21,9 @@ struct CpuFeature {
   bool (*supported)();
 };
 
-#define MY_OPS_X86_LEVEL(n) {n, [] { return __builtin_cpu_supports(n) != 0; }},
-#define MY_OPS_X86_FEATURE(n, macro) MY_OPS_X86_LEVEL(n)
-#define MY_OPS_AARCH64_LEVEL(n, type, bits)
-#define MY_OPS_AARCH64_FEATURE(n, macro, type, bits)
+#define MY_OPS_ROW(n, is_level) {n, [] { return __builtin_cpu_supports(n) != 0; }},
+const CpuFeature kCpuFeatures[] = {MY_OPS_CPU_FEATURES_LINUX_X86_64(MY_OPS_ROW)};
+#undef MY_OPS_ROW
 
 // What this CPU has, as libgcc reads it from cpuid.
 class CpuProbe {
@@ -33,7 +34,7 @@ class CpuProbe {
 
 #elif defined(__aarch64__)
 
-constexpr const char* kThisTarget = "linux-aarch64";
+constexpr const char* kThisTarget = MY_OPS_TARGET_LINUX_AARCH64;
 
 struct CpuFeature {
   const char* name;
@@ -41,10 +42,9 @@ struct CpuFeature {
   unsigned long bits;  // all of them required
 };
 
-#define MY_OPS_X86_LEVEL(n)
-#define MY_OPS_X86_FEATURE(n, macro)
-#define MY_OPS_AARCH64_LEVEL(n, type, bits) {n, type, bits},
-#define MY_OPS_AARCH64_FEATURE(n, macro, type, bits) MY_OPS_AARCH64_LEVEL(n, type, bits)
+#define MY_OPS_ROW(n, is_level, type, bits) {n, type, bits},
+const CpuFeature kCpuFeatures[] = {MY_OPS_CPU_FEATURES_LINUX_AARCH64(MY_OPS_ROW)};
+#undef MY_OPS_ROW
 
 // What this CPU has as the kernel reports it: only features it also lets user code use. aarch64
 // has no cpuid for user code, and libgcc's __builtin_cpu_supports is x86-only in gcc 12.
@@ -62,17 +62,8 @@ class CpuProbe {
 };
 
 #else
-#error "the loader checks x86_64 and aarch64 CPUs only; add the target to cpu_features.inc"
+#error "the loader checks x86_64 and aarch64 CPUs only; add the target to package_contract.json"
 #endif
-
-const CpuFeature kCpuFeatures[] = {
-#include "deploy/loader/cpu_features.inc"
-};
-
-#undef MY_OPS_X86_LEVEL
-#undef MY_OPS_X86_FEATURE
-#undef MY_OPS_AARCH64_LEVEL
-#undef MY_OPS_AARCH64_FEATURE
 
 const CpuFeature* find_feature(const std::string& name) {
   for (const auto& f : kCpuFeatures) {

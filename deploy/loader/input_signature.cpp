@@ -1,56 +1,96 @@
 #include "deploy/loader/input_signature.h"
 
-#include <charconv>
-#include <sstream>
+#include <algorithm>
+#include <initializer_list>
+#include <iterator>
+#include <limits>
+#include <nlohmann/json.hpp>
 
 namespace my_ops::loader {
 namespace {
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep)) out.push_back(cur);
-  return out;
+using Json = nlohmann::json;
+
+// A signature is four levels deep: [ {"sizes": [ {"min": ...} ] } ]. Copying or destroying a
+// parsed value recurses once per level, so deeper text is refused while it is parsed.
+constexpr int kMaxDepth = 4;
+
+struct TooDeep {};
+
+// A JSON integer that fits int64_t and is >= 0 (a bool is not an integer here).
+std::optional<int64_t> size_value(const Json& v) {
+  if (v.is_number_unsigned()) {
+    const auto u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return v.get<int64_t>();
+  return std::nullopt;
 }
 
-std::optional<DimRange> parse_dim(const std::string& d) {
+// An object with exactly these members, no others.
+bool has_exactly(const Json& obj, std::initializer_list<const char*> keys) {
+  if (!obj.is_object() || obj.size() != keys.size()) return false;
+  return std::all_of(keys.begin(), keys.end(), [&](const char* k) { return obj.contains(k); });
+}
+
+std::optional<DimRange> parse_dim(const Json& d) {
+  if (!has_exactly(d, {"min", "max"})) return std::nullopt;
   DimRange r;
-  auto dash = d.find('-');
-  if (dash == std::string::npos) {
-    if (!parse_int(d, r.lo) || r.lo < 0) return std::nullopt;
-    r.hi = r.lo;
-    return r;
-  }
-  const std::string hi = d.substr(dash + 1);
-  if (!parse_int(d.substr(0, dash), r.lo) || r.lo < 0) return std::nullopt;
-  if (hi == "inf") return r;
-  if (!parse_int(hi, r.hi) || r.hi < r.lo) return std::nullopt;
+  auto lo = size_value(d["min"]);
+  if (!lo) return std::nullopt;
+  r.lo = *lo;
+  if (d["max"].is_null()) return r;
+  auto hi = size_value(d["max"]);
+  if (!hi || *hi < r.lo) return std::nullopt;
+  r.hi = *hi;
   return r;
+}
+
+bool known_dtype(const std::string& dtype) {
+  return std::find(std::begin(contract::kInputDtypes), std::end(contract::kInputDtypes), dtype) !=
+         std::end(contract::kInputDtypes);
+}
+
+std::optional<InputSpec> parse_input(const Json& item) {
+  if (!has_exactly(item, {"dtype", "sizes"})) return std::nullopt;
+  const Json& dtype = item["dtype"];
+  const Json& sizes = item["sizes"];
+  if (!dtype.is_string() || !known_dtype(dtype.get<std::string>()) || !sizes.is_array()) {
+    return std::nullopt;
+  }
+  InputSpec spec{dtype.get<std::string>(), {}};
+  for (const auto& d : sizes) {
+    auto r = parse_dim(d);
+    if (!r) return std::nullopt;
+    spec.dims.push_back(*r);
+  }
+  return spec;
 }
 
 }  // namespace
 
-bool parse_int(const std::string& s, int64_t& out) {
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
-  return !s.empty() && ec == std::errc() && end == s.data() + s.size();
-}
-
 std::optional<std::vector<InputSpec>> parse_input_signature(const std::string& text) {
+  // nlohmann takes a NUL as the end of the input, which would accept any bytes after one; JSON
+  // text can hold none.
+  if (text.find('\0') != std::string::npos) return std::nullopt;
+  Json root;
+  try {
+    root = Json::parse(text.begin(), text.end(), [](int depth, Json::parse_event_t, Json&) {
+      if (depth > kMaxDepth) throw TooDeep{};
+      return true;
+    });
+  } catch (const Json::exception&) {
+    return std::nullopt;
+  } catch (const TooDeep&) {
+    return std::nullopt;
+  }
+  if (!root.is_array()) return std::nullopt;
   std::vector<InputSpec> specs;
-  for (const auto& item : split(text, ';')) {
-    auto colon = item.find(':');
-    if (colon == std::string::npos || colon == 0) return std::nullopt;
-    InputSpec spec{item.substr(0, colon), {}};
-    const std::string dims = item.substr(colon + 1);
-    if (!dims.empty()) {
-      for (const auto& d : split(dims, ',')) {
-        auto r = parse_dim(d);
-        if (!r) return std::nullopt;
-        spec.dims.push_back(*r);
-      }
-    }
-    specs.push_back(std::move(spec));
+  for (const auto& item : root) {
+    auto spec = parse_input(item);
+    if (!spec) return std::nullopt;
+    specs.push_back(std::move(*spec));
   }
   return specs;
 }

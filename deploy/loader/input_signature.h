@@ -1,17 +1,20 @@
 #pragma once
 
-// The input signature export.py stores in the package metadata under "my_ops.inputs": one entry
-// per input separated by ';', each "Dtype:d0,d1,..." where a dim is "N" (static) or "LO-HI"
-// (dynamic; HI may be "inf"). Dtype names are c10::toString's ("Float", "Half", ...).
+// The input signature export.py stores in the package metadata under kInputSignatureKey, as JSON:
+// one object per input, [{"dtype": "Float", "sizes": [{"min": 1, "max": 16}, ...]}, ...], where
+// a static dim has min == max and an unbounded one "max": null. Dtype names are c10::toString's
+// ("Float", "Half", ...), one of contract::kInputDtypes.
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "deploy/loader/package_contract.h"
+
 namespace my_ops::loader {
 
-constexpr const char* kInputSignatureKey = "my_ops.inputs";
+using contract::kInputSignatureKey;
 
 struct DimRange {
   int64_t lo = 0;
@@ -23,7 +26,8 @@ struct InputSpec {
   std::vector<DimRange> dims;
 };
 
-// nullopt when the text is not a signature this loader understands.
+// nullopt when the text is not a signature this loader understands: not JSON, a member missing,
+// unknown or of the wrong type, a size negative or out of order, or a dtype it does not know.
 std::optional<std::vector<InputSpec>> parse_input_signature(const std::string& text);
 
 // Why an input of this dtype and these sizes does not fit `spec` ("dtype Half, expected Float"),
@@ -33,9 +37,5 @@ std::optional<std::string> input_mismatch(const std::string& dtype,
 
 // "3..inf", "1..8" or "4".
 std::string describe(const DimRange& r);
-
-// std::from_chars rather than strtol: glibc >= 2.38 headers redirect strtol to __isoc23_strtol,
-// which would raise the binary's minimum glibc for nothing.
-bool parse_int(const std::string& s, int64_t& out);
 
 }  // namespace my_ops::loader

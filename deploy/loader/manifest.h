@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "deploy/loader/cpu_check.h"
+#include "deploy/loader/package_contract.h"
 
 namespace my_ops::loader {
 
-// The format this loader reads; deploy/export_manifest.py writes the same string (MANIFEST_FORMAT).
-constexpr const char* kManifestFormat = "my_ops.manifest/1";
+// The format this loader reads, the one deploy/export_manifest.py writes.
+using contract::kManifestFormat;
 // Manifests are a few hundred bytes; the cap keeps a hostile file from costing more than a read.
 constexpr size_t kMaxManifestBytes = 1 << 20;
 // A manifest is three levels and a few dozen values deep. Copying or printing a parsed value

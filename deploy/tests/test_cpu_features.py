@@ -1,7 +1,8 @@
-"""The CPU-feature table (deploy/loader/cpu_features.inc) as the exporter reads it.
+"""The CPU features of deploy/package_contract.json as the exporter uses them.
 
-The loader compiles the same table in; its side is tested in
-deploy/loader/tests/cpu_check_test.cpp. Nothing here exports or loads a
+The loader compiles the same rows in (deploy/loader/package_contract.h); its
+side is tested in deploy/loader/tests/cpu_check_test.cpp, and the reader of
+the file in test_package_contract.py. Nothing here exports or loads a
 package: manifests are made from stand-in files, and torch is a stand-in.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import json
 import platform
-import re
 import shutil
 import sys
 import types
@@ -23,6 +23,7 @@ DEPLOY_DIR = Path(__file__).absolute().parent.parent
 sys.path.insert(0, str(DEPLOY_DIR))
 
 import export_manifest  # noqa: E402
+import package_contract  # noqa: E402
 from export_error import ExportError  # noqa: E402
 
 CROSS_CXX = "aarch64-linux-gnu-g++-12"
@@ -59,15 +60,17 @@ def _rows(target: str) -> list[export_manifest.CpuFeature]:
     return [row for row in export_manifest.read_cpu_features() if row.target == target]
 
 
-def test_every_row_and_macro_of_the_table_is_read() -> None:
-    # Counted with looser patterns than the reader's: a row it skipped would
-    # be checked by the loader and never asked for by the exporter.
-    text = Path(export_manifest.CPU_FEATURES_TABLE).read_text()
-    body = "\n".join(line for line in text.splitlines() if not line.startswith("//"))
+def test_every_row_and_macro_of_the_contract_is_read() -> None:
+    # Counted from the raw JSON: a row the reader skipped would be checked by
+    # the loader and never asked for by the exporter.
+    raw = json.loads(Path(package_contract.CONTRACT_PATH).read_text())["targets"]
+    raw_rows = [row for t in raw.values() for row in t["cpu_levels"] + t["cpu_features"]]
     rows = export_manifest.read_cpu_features()
-    assert len(rows) == body.count("MY_OPS_")
-    assert {row.macro for row in rows if row.macro} == set(re.findall(r'"(__\w+)"', body))
-    assert {row.target for row in rows} == set(export_manifest.TARGET_MACROS)
+    assert len(rows) == len(raw_rows)
+    assert {row.macro for row in rows if row.macro} == {
+        r["macro"] for r in raw_rows if "macro" in r
+    }
+    assert set(export_manifest.target_macros()) == set(raw) == {"linux-x86_64", "linux-aarch64"}
 
 
 def test_levels_are_the_ones_export_writes() -> None:
@@ -78,40 +81,8 @@ def test_levels_are_the_ones_export_writes() -> None:
     assert set(MARCH.values()) - {"native"} <= set(export_manifest.cpu_levels("linux-x86_64"))
 
 
-@pytest.mark.parametrize(
-    "line",
-    [
-        'MY_OPS_X86_FEATURE("avx2" "__AVX2__")',
-        'MY_OPS_X86_FEATURE("avx2", "__AVX2__"),',
-        'MY_OPS_X86_FEATURE("avx2")',
-        'MY_OPS_X86_LEVEL("x86-64-v3", "__AVX2__")',
-        'MY_OPS_X86_FEATURE("avx2", "__AVX2__", AT_HWCAP, HWCAP_FP)',
-        'MY_OPS_AARCH64_FEATURE("sve", "__ARM_FEATURE_SVE")',
-        'MY_OPS_AARCH64_FEATURE("sve2", "__ARM_FEATURE_SVE2", AT_HWCAP, HWCAP2_SVE2)',
-        'MY_OPS_AARCH64_FEATURE("sve", "__ARM_FEATURE_SVE", AT_HWCAP2, HWCAP_SVE)',
-        'MY_OPS_AARCH64_LEVEL("armv8-a", AT_HWCAP, HWCAP_FP | HWCAP2_SVE2)',
-        'MY_OPS_AARCH64_LEVEL("Armv8-a", AT_HWCAP, HWCAP_FP)',
-        'MY_OPS_RISCV_LEVEL("rv64gc")',
-        '  MY_OPS_X86_FEATURE("avx2", "__AVX2__")',
-        "/* MY_OPS_X86_FEATURE */",
-    ],
-)
-def test_reader_refuses_what_is_not_a_row(tmp_path: Path, line: str) -> None:
-    table = tmp_path / "cpu_features.inc"
-    table.write_text(f'// header\n\nMY_OPS_X86_LEVEL("x86-64-v2")\n{line}\n')
-    with pytest.raises(ExportError, match=f"{re.escape(str(table))}:4: not a row"):
-        export_manifest.read_cpu_features(str(table))
-
-
-def test_reader_refuses_a_name_twice_for_one_target(tmp_path: Path) -> None:
-    table = tmp_path / "cpu_features.inc"
-    table.write_text(
-        'MY_OPS_X86_FEATURE("aes", "__AES__")\n'
-        'MY_OPS_AARCH64_FEATURE("aes", "__ARM_FEATURE_AES", AT_HWCAP, HWCAP_AES)\n'
-        'MY_OPS_X86_FEATURE("aes", "__VAES__")\n'
-    )
-    with pytest.raises(ExportError, match=":3: 'aes' is listed twice for linux-x86_64"):
-        export_manifest.read_cpu_features(str(table))
+def test_manifest_format_is_the_contracts() -> None:
+    assert export_manifest.manifest_format() == "my_ops.manifest/1"
 
 
 def test_armv8_a_needs_fp_and_asimd_only() -> None:

@@ -164,7 +164,8 @@ def _config_value(path: str):
 @pytest.mark.parametrize("isa", ["portable", "native"])
 def test_inductor_options(device: str, isa: str) -> None:
     export = _load_export()
-    opts = export.inductor_options(device, isa, "/usr/bin/g++", "Float:1-16,8")
+    signature = '[{"dtype":"Float","sizes":[{"min":1,"max":16},{"min":8,"max":8}]}]'
+    opts = export.inductor_options(device, isa, "/usr/bin/g++", signature)
     # A misspelt key would be ignored silently by a config patch.
     for key in opts:
         _config_value(key)
@@ -178,4 +179,49 @@ def test_inductor_options(device: str, isa: str) -> None:
     assert opts.get("cpp.simdlen") == (256 if isa == "portable" else None)
     assert opts["cpp.cxx"] == (None, "/usr/bin/g++")
     assert opts["aot_inductor.check_lowerbound"] is False
-    assert opts["aot_inductor.metadata"] == {"my_ops.inputs": "Float:1-16,8"}
+    assert opts["aot_inductor.metadata"] == {"my_ops.inputs": signature}
+
+
+def _exported(module, inputs, dynamic_shapes=None):
+    import torch
+
+    return torch.export.export(module, inputs, dynamic_shapes=dynamic_shapes)
+
+
+def test_input_signature_is_the_json_the_loader_reads() -> None:
+    import torch
+
+    export = _load_export()
+
+    class TwoInputs(torch.nn.Module):
+        def forward(self, x, ids, mask):
+            return x.sum() + ids.sum() + mask.sum()
+
+    batch = torch.export.Dim("batch", min=1, max=8)
+    seq = torch.export.Dim("seq", min=2)
+    ep = _exported(
+        TwoInputs(),
+        (torch.zeros(4, 16), torch.zeros(4, 3, dtype=torch.int64), torch.zeros((), dtype=bool)),
+        {"x": {0: batch}, "ids": {0: batch, 1: seq}, "mask": None},
+    )
+    text = export.input_signature(ep)
+    assert json.loads(text) == [
+        {"dtype": "Float", "sizes": [{"min": 1, "max": 8}, {"min": 16, "max": 16}]},
+        {"dtype": "Long", "sizes": [{"min": 1, "max": 8}, {"min": 2, "max": None}]},
+        {"dtype": "Bool", "sizes": []},
+    ]
+    # Compact: it is stored in the package's metadata as it is.
+    assert " " not in text
+
+
+def test_input_signature_is_none_for_a_dtype_the_loader_does_not_know() -> None:
+    import torch
+
+    export = _load_export()
+
+    class Identity(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    ep = _exported(Identity(), (torch.zeros(2, dtype=torch.complex64),))
+    assert export.input_signature(ep) is None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import collections
 import io
 import json
+import math
 import os
 import subprocess
 import zipfile
@@ -60,16 +61,14 @@ def signature(package: Path) -> list[tuple[str, list[tuple[int, float]]]]:
     """The package's input signature ("my_ops.inputs"), the oracle for inputs."""
     with zipfile.ZipFile(package) as z:
         name = next(n for n in z.namelist() if n.endswith("wrapper_metadata.json"))
-        text = json.loads(z.read(name))["my_ops.inputs"]
-    specs = []
-    for item in text.split(";"):
-        dtype, _, dims = item.partition(":")
-        ranges = []
-        for d in dims.split(","):
-            lo, _, hi = d.partition("-")
-            ranges.append((int(lo), float("inf") if hi == "inf" else int(hi or lo)))
-        specs.append((dtype, ranges))
-    return specs
+        inputs = json.loads(json.loads(z.read(name))["my_ops.inputs"])
+    return [
+        (
+            spec["dtype"],
+            [(d["min"], math.inf if d["max"] is None else d["max"]) for d in spec["sizes"]],
+        )
+        for spec in inputs
+    ]
 
 
 @pytest.fixture(scope="module")

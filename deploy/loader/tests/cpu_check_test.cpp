@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include "deploy/loader/package_contract.h"
+
 namespace my_ops::loader {
 namespace {
 
@@ -16,18 +18,13 @@ struct Row {
   bool level;
 };
 
-// Every row of the table, both targets: the other target's constants are never expanded.
-#define MY_OPS_X86_LEVEL(n) {"linux-x86_64", n, true},
-#define MY_OPS_X86_FEATURE(n, macro) {"linux-x86_64", n, false},
-#define MY_OPS_AARCH64_LEVEL(n, type, bits) {"linux-aarch64", n, true},
-#define MY_OPS_AARCH64_FEATURE(n, macro, type, bits) {"linux-aarch64", n, false},
-const Row kRows[] = {
-#include "deploy/loader/cpu_features.inc"
-};
-#undef MY_OPS_X86_LEVEL
-#undef MY_OPS_X86_FEATURE
-#undef MY_OPS_AARCH64_LEVEL
-#undef MY_OPS_AARCH64_FEATURE
+// Every row of the contract, both targets: the other target's constants are never expanded.
+#define MY_OPS_X86_ROW(n, is_level) {MY_OPS_TARGET_LINUX_X86_64, n, is_level},
+#define MY_OPS_AARCH64_ROW(n, is_level, type, bits) {MY_OPS_TARGET_LINUX_AARCH64, n, is_level},
+const Row kRows[] = {MY_OPS_CPU_FEATURES_LINUX_X86_64(MY_OPS_X86_ROW)
+                         MY_OPS_CPU_FEATURES_LINUX_AARCH64(MY_OPS_AARCH64_ROW)};
+#undef MY_OPS_X86_ROW
+#undef MY_OPS_AARCH64_ROW
 
 std::vector<std::string> names_of(const std::string& target) {
   std::vector<std::string> names;

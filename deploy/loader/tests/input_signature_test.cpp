@@ -2,11 +2,22 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 namespace my_ops::loader {
 namespace {
 
+// One input of dtype Float with the given sizes, e.g. R"({"min": 1, "max": 16})".
+std::string one_input(const std::string& sizes) {
+  return R"([{"dtype": "Float", "sizes": [)" + sizes + "]}]";
+}
+
 TEST(InputSignature, ParsesStaticDynamicAndUnboundedDims) {
-  auto specs = parse_input_signature("Float:1-16,64;Long:3-inf;Bool:");
+  auto specs = parse_input_signature(R"([
+    {"dtype": "Float", "sizes": [{"min": 1, "max": 16}, {"min": 64, "max": 64}]},
+    {"dtype": "Long", "sizes": [{"min": 3, "max": null}]},
+    {"dtype": "Bool", "sizes": []}
+  ])");
   ASSERT_TRUE(specs);
   ASSERT_EQ(specs->size(), 3u);
   EXPECT_EQ((*specs)[0].dtype, "Float");
@@ -15,20 +26,97 @@ TEST(InputSignature, ParsesStaticDynamicAndUnboundedDims) {
   EXPECT_EQ((*specs)[0].dims[0].hi, 16);
   EXPECT_EQ((*specs)[0].dims[1].lo, 64);
   EXPECT_EQ((*specs)[0].dims[1].hi, 64);
+  EXPECT_EQ((*specs)[1].dtype, "Long");
   EXPECT_EQ((*specs)[1].dims[0].lo, 3);
   EXPECT_LT((*specs)[1].dims[0].hi, 0);
+  EXPECT_EQ((*specs)[2].dtype, "Bool");
   EXPECT_TRUE((*specs)[2].dims.empty());
 }
 
-TEST(InputSignature, RefusesWhatItCannotRead) {
-  for (const char* bad : {"Float", ":1", "Float:x", "Float:1-", "Float:5-2", "Float:1,,2",
-                          "Float:-1", "Float:1-16x", "Float:99999999999999999999"}) {
+TEST(InputSignature, ReadsWhatExportWrites) {
+  // json.dumps(..., separators=(",", ":")), as export_compile.input_signature writes it.
+  auto specs = parse_input_signature(
+      R"([{"dtype":"Float","sizes":[{"min":1,"max":8},{"min":16,"max":16}]}])");
+  ASSERT_TRUE(specs);
+  ASSERT_EQ(specs->size(), 1u);
+  EXPECT_EQ(describe((*specs)[0].dims[0]), "1..8");
+  EXPECT_EQ(describe((*specs)[0].dims[1]), "16");
+  EXPECT_TRUE(parse_input_signature("[]"));
+}
+
+TEST(InputSignature, KnowsEveryDtypeOfTheContract) {
+  for (const char* dtype : contract::kInputDtypes) {
+    auto specs =
+        parse_input_signature(std::string(R"([{"dtype": ")") + dtype + R"(", "sizes": []}])");
+    ASSERT_TRUE(specs) << dtype;
+    EXPECT_EQ((*specs)[0].dtype, dtype);
+  }
+}
+
+TEST(InputSignature, RefusesMalformedJson) {
+  for (const char* bad : {"", "Float:1-16,64", "[", "[{]", R"([{"dtype": "Float", "sizes": []},])",
+                          R"([{"dtype": "Float", "sizes": []}] [])", "[] x"}) {
+    EXPECT_FALSE(parse_input_signature(bad)) << bad;
+  }
+  EXPECT_FALSE(parse_input_signature(std::string("[]\0", 3)));
+  EXPECT_FALSE(parse_input_signature(std::string(100000, '[') + std::string(100000, ']')));
+}
+
+TEST(InputSignature, RefusesWrongTypesAndShapes) {
+  for (const char* bad : {
+           "{}",
+           "null",
+           R"("Float")",
+           R"([["Float", []]])",
+           R"([{"dtype": 1, "sizes": []}])",
+           R"([{"dtype": null, "sizes": []}])",
+           R"([{"dtype": "Float", "sizes": {}}])",
+           R"([{"dtype": "Float", "sizes": null}])",
+           R"([{"dtype": "Float"}])",
+           R"([{"sizes": []}])",
+           R"([{"dtype": "Float", "sizes": [], "name": "x"}])",
+           R"([{"dtype": "Float", "sizes": [16]}])",
+           R"([{"dtype": "Float", "sizes": [[1, 16]]}])",
+           R"([{"dtype": "Float", "sizes": [{"min": 1}]}])",
+           R"([{"dtype": "Float", "sizes": [{"max": 1}]}])",
+           R"([{"dtype": "Float", "sizes": [{"min": 1, "max": 2, "step": 1}]}])",
+           R"([{"dtype": "Float", "sizes": [{"min": null, "max": 2}]}])",
+           R"([{"dtype": "Float", "sizes": [{"min": "1", "max": 2}]}])",
+           R"([{"dtype": "Float", "sizes": [{"min": 1.5, "max": 2}]}])",
+           R"([{"dtype": "Float", "sizes": [{"min": 1.0, "max": 2}]}])",
+           R"([{"dtype": "Float", "sizes": [{"min": true, "max": 2}]}])",
+           R"([{"dtype": "Float", "sizes": [{"min": 1, "max": "inf"}]}])",
+       }) {
     EXPECT_FALSE(parse_input_signature(bad)) << bad;
   }
 }
 
+TEST(InputSignature, RefusesNegativeOutOfOrderAndOversizedSizes) {
+  for (const char* bad : {
+           R"({"min": -1, "max": 2})",
+           R"({"min": 0, "max": -1})",
+           R"({"min": -1, "max": null})",
+           R"({"min": 5, "max": 2})",
+           R"({"min": 9223372036854775808, "max": null})",
+           R"({"min": 1, "max": 18446744073709551615})",
+           R"({"min": 1, "max": 99999999999999999999})",
+       }) {
+    EXPECT_FALSE(parse_input_signature(one_input(bad))) << bad;
+  }
+  EXPECT_TRUE(parse_input_signature(one_input(R"({"min": 0, "max": 9223372036854775807})")));
+}
+
+TEST(InputSignature, RefusesAnUnknownDtype) {
+  for (const char* bad :
+       {"float32", "float", "FLOAT", "Quantum", "", "ComplexFloat", "Fl\\u0000oat"}) {
+    EXPECT_FALSE(
+        parse_input_signature(std::string(R"([{"dtype": ")") + bad + R"(", "sizes": []}])"))
+        << bad;
+  }
+}
+
 TEST(InputSignature, ExplainsEachKindOfMismatch) {
-  auto specs = parse_input_signature("Float:1-16,64");
+  auto specs = parse_input_signature(one_input(R"({"min": 1, "max": 16}, {"min": 64, "max": 64})"));
   ASSERT_TRUE(specs);
   const InputSpec& spec = (*specs)[0];
   EXPECT_FALSE(input_mismatch("Float", {16, 64}, spec));
@@ -38,6 +126,13 @@ TEST(InputSignature, ExplainsEachKindOfMismatch) {
   EXPECT_EQ(input_mismatch("Float", {17, 64}, spec), "dim 0 is 17, must be 1..16");
   EXPECT_EQ(input_mismatch("Float", {0, 64}, spec), "dim 0 is 0, must be 1..16");
   EXPECT_EQ(input_mismatch("Float", {2, 63}, spec), "dim 1 is 63, must be 64");
+}
+
+TEST(InputSignature, AnUnboundedDimTakesAnySizeFromItsMinimum) {
+  auto specs = parse_input_signature(one_input(R"({"min": 2, "max": null})"));
+  ASSERT_TRUE(specs);
+  EXPECT_FALSE(input_mismatch("Float", {1 << 30}, (*specs)[0]));
+  EXPECT_EQ(input_mismatch("Float", {1}, (*specs)[0]), "dim 0 is 1, must be 2..inf");
 }
 
 }  // namespace
