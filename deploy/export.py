@@ -67,7 +67,6 @@ from export_compile import (  # noqa: E402
     cuda_home,
     inductor_options,
     input_signature,
-    runfiles_roots,
     write_cxx_wrapper,
 )
 from export_cross import (  # noqa: E402
@@ -271,7 +270,7 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     check_out(args.out)
     signing_key = load_signing_key(args.signing_key) if args.signing_key else None
     cross = TARGETS.get(args.target)
-    cross_files = target_files(cross, runfiles_roots()) if cross else None
+    cross_files = target_files(cross) if cross else None
     _setup_environment(args.device)
     _check_device(args.device)
     factory = load_factory(args.model)

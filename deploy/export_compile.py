@@ -51,12 +51,17 @@ def load_contract() -> Contract:
         raise ExportError(str(e)) from e
 
 
-def runfiles_roots() -> list[str]:
-    roots = [os.environ.get("RUNFILES_DIR", "")]
-    # <runfiles>/_main/deploy/export_compile.py, when started without the Bazel stub.
-    here = os.path.dirname(os.path.abspath(__file__))
-    roots.append(os.path.dirname(os.path.dirname(here)))
-    return [r for r in roots if r]
+def runfile(key: str) -> tuple[str, str] | None:
+    """The path of the runfile `key` and the runfiles root, or None outside Bazel.
+
+    The root is what %runfiles% stands for in a compiler-info file.
+    """
+    # Imported here, not at the top: the manifest's and the cross export's
+    # tests import this module without my_ops, which imports torch.
+    from my_ops import _runfiles
+
+    path, root = _runfiles.rlocation(key), _runfiles.root()
+    return (path, root) if path is not None and root is not None else None
 
 
 def read_compiler_info(path: str, root: str) -> dict[str, Any]:
@@ -78,18 +83,17 @@ def _toolchain_compiler() -> tuple[str, list[str], list[str], str]:
     """
     if os.environ.get("CXX"):
         return os.environ["CXX"], [], [], f"{os.environ['CXX']} (from $CXX, no sysroot)"
-    for root in runfiles_roots():
-        path = os.path.join(root, _TOOLCHAIN_JSON)
-        if os.path.isfile(path):
-            info = read_compiler_info(path, root)
-            what = "with the sysroot" if info["sysroot"] else "host headers and libraries"
-            return (
-                info["compiler"],
-                info["compile_flags"],
-                info["link_flags"],
-                f"{info['compiler']} ({what})",
-            )
-    return "g++", [], [], "g++ from PATH (no Bazel toolchain description found)"
+    found = runfile(_TOOLCHAIN_JSON)
+    if found is None:
+        return "g++", [], [], "g++ from PATH (no Bazel toolchain description found)"
+    info = read_compiler_info(*found)
+    what = "with the sysroot" if info["sysroot"] else "host headers and libraries"
+    return (
+        info["compiler"],
+        info["compile_flags"],
+        info["link_flags"],
+        f"{info['compiler']} ({what})",
+    )
 
 
 def real_cxx() -> str:

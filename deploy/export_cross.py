@@ -26,7 +26,7 @@ import zipfile
 from collections.abc import Iterator
 from typing import Any
 
-from export_compile import read_compiler_info
+from export_compile import read_compiler_info, runfile
 from export_error import ExportError, first_line
 
 HOST_TARGET = "linux-x86_64"
@@ -37,7 +37,7 @@ class CrossTarget:
     name: str
     machine: str  # AOTI_MACHINE, as platform.machine() on the target
     march: str  # the baseline -march, also the manifest's isa
-    # //deploy:export's data for this target, relative to its runfiles root.
+    # //deploy:export's data for this target, as runfiles keys.
     compiler_json: str
     op_library: str
 
@@ -70,25 +70,25 @@ class TargetFiles:
     op_library: str
 
 
-def target_files(target: CrossTarget, roots: list[str]) -> TargetFiles:
+def target_files(target: CrossTarget) -> TargetFiles:
     """The target's compiler, its flags (sysroot, LibTorch) and libmy_ops.so, from runfiles."""
-    for root in roots:
-        info_path = os.path.join(root, target.compiler_json)
-        library = os.path.join(root, target.op_library)
-        if not os.path.isfile(info_path):
-            continue
-        if not os.path.isfile(library):
-            raise ExportError(f"{root} has the {target.name} compiler but not {target.op_library}")
-        info = read_compiler_info(info_path, root)
-        return TargetFiles(
-            compiler=info["compiler"],
-            compile_flags=info["compile_flags"] + info["library_compile_flags"],
-            link_flags=info["link_flags"] + info["library_link_flags"],
-            op_library=os.path.realpath(library),
+    found = runfile(target.compiler_json)
+    if found is None:
+        raise ExportError(
+            f"--target {target.name}: the {target.name} toolchain and op library are not in "
+            "this exporter's runfiles; run it as tools/bazel run //deploy:export"
         )
-    raise ExportError(
-        f"--target {target.name}: the {target.name} toolchain and op library are not in this "
-        "exporter's runfiles; run it as tools/bazel run //deploy:export"
+    library = runfile(target.op_library)
+    if library is None:
+        raise ExportError(
+            f"this exporter's runfiles have the {target.name} compiler but not {target.op_library}"
+        )
+    info = read_compiler_info(*found)
+    return TargetFiles(
+        compiler=info["compiler"],
+        compile_flags=info["compile_flags"] + info["library_compile_flags"],
+        link_flags=info["link_flags"] + info["library_link_flags"],
+        op_library=os.path.realpath(library[0]),
     )
 
 

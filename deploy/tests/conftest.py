@@ -33,16 +33,31 @@ def absolute_from_env(value: str) -> str:
     """Make a path from the environment absolute.
 
     Bazel passes runfiles-relative paths ($(rootpath ...)), but the pytest
-    runner changes into $TEST_TMPDIR, so resolve those against the runfiles.
+    runner changes into $TEST_TMPDIR, so those are looked up in the runfiles.
     """
     if os.path.isabs(value) or os.path.exists(value):
         return os.path.abspath(value)
-    srcdir = os.environ.get("TEST_SRCDIR") or os.environ.get("RUNFILES_DIR")
-    if srcdir:
-        candidate = os.path.join(srcdir, os.environ.get("TEST_WORKSPACE", "_main"), value)
-        if os.path.exists(candidate):
-            return candidate
-    return os.path.abspath(value)
+    return _rlocation(value) or os.path.abspath(value)
+
+
+def _rlocation(rootpath: str) -> str | None:
+    """Where the runfiles hold a $(rootpath ...) value, by the rules_python runfiles library.
+
+    Not through my_ops' runfiles module: importing my_ops loads libmy_ops.so
+    from MY_OPS_LIBRARY, which is what this resolves first.
+    """
+    try:
+        from python.runfiles import runfiles
+    except ImportError:  # run by hand, outside Bazel: paths are the user's
+        return None
+    r = runfiles.Create()
+    if r is None:
+        return None
+    # $(rootpath) names another repository's file ../<repository>/<path>, and
+    # a runfiles key names this one's _main/<path>.
+    key = rootpath.removeprefix("../") if rootpath.startswith("../") else f"_main/{rootpath}"
+    path = r.Rlocation(key, source_repo="")
+    return path if path and os.path.exists(path) else None
 
 
 # Normalised once, before anything (my_ops, child processes) reads them.

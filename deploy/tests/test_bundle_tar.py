@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import BUNDLE_FILES
+from conftest import BUNDLE_FILES, absolute_from_env
 
 
 def _runfile(env_var: str) -> Path:
     value = os.environ[env_var]
-    root = os.environ.get("RUNFILES_DIR") or os.environ["TEST_SRCDIR"]
-    path = Path(value) if os.path.isabs(value) else Path(root) / "_main" / value
+    path = Path(absolute_from_env(value))
     assert path.exists(), f"{env_var}={value} not found"
     return path
 

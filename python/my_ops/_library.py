@@ -5,7 +5,7 @@ Search order:
 1. an explicit :func:`load_library` call with a path;
 2. the ``MY_OPS_LIBRARY`` environment variable;
 3. Bazel runfiles (``rules_python`` runfiles library, then ``RUNFILES_DIR`` /
-   ``TEST_SRCDIR``), key ``_main/ops/libmy_ops.so``;
+   ``TEST_SRCDIR``; see :mod:`my_ops._runfiles`), key ``_main/ops/libmy_ops.so``;
 4. the path relative to this package, ``../../ops/libmy_ops.so``, which is where
    the library sits in a Bazel runfiles tree.
 
@@ -22,6 +22,8 @@ import threading
 from pathlib import Path
 
 import torch
+
+from . import _runfiles
 
 ENV_VAR = "MY_OPS_LIBRARY"
 RUNFILES_KEY = "_main/ops/libmy_ops.so"
@@ -47,30 +49,6 @@ class LibraryNotFoundError(ImportError):
         self.paths_tried = list(paths_tried)
 
 
-def _runfiles_candidates() -> list[str]:
-    candidates: list[str] = []
-    runfiles_mod = None
-    for modname in ("rules_python.python.runfiles.runfiles", "python.runfiles.runfiles"):
-        try:
-            runfiles_mod = __import__(modname, fromlist=["Create"])
-            break
-        except ImportError:
-            continue
-    if runfiles_mod is not None:
-        try:
-            r = runfiles_mod.Create()
-            loc = r.Rlocation(RUNFILES_KEY) if r is not None else None
-            if loc:
-                candidates.append(loc)
-        except Exception:  # runfiles lookup is best effort
-            pass
-    for var in ("RUNFILES_DIR", "TEST_SRCDIR"):
-        root = os.environ.get(var)
-        if root:
-            candidates.append(os.path.join(root, RUNFILES_KEY))
-    return candidates
-
-
 def candidate_paths(package_dir: str | os.PathLike | None = None) -> list[str]:
     """Return the automatic search locations (environment variable first), in order.
 
@@ -83,7 +61,7 @@ def candidate_paths(package_dir: str | os.PathLike | None = None) -> list[str]:
     env = os.environ.get(ENV_VAR)
     if env:
         candidates.append(env)
-    candidates.extend(_runfiles_candidates())
+    candidates.extend(_runfiles.candidates(RUNFILES_KEY))
     candidates.append(os.path.normpath(pkg / ".." / ".." / "ops" / LIBRARY_NAME))
     candidates.append(str((pkg.resolve() / ".." / ".." / "ops" / LIBRARY_NAME).resolve()))
     return list(dict.fromkeys(candidates))  # drop duplicates, keep order

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -127,6 +128,61 @@ def test_found_via_runfiles_dir(tmp_path, clean_env, real_library):
         clean_env.setenv(var, str(tmp_path / var))
         assert _library.find_library(tmp_path / "elsewhere" / "my_ops") == str(lib)
         clean_env.delenv(var)
+
+
+class _FakeRunfiles:
+    """What python.runfiles.runfiles.Create() returns, answering one path."""
+
+    def __init__(self, answer: str, calls: list):
+        self.answer, self.calls = answer, calls
+
+    def Rlocation(self, key, source_repo=None):  # noqa: N802 - the library's name
+        self.calls.append((key, source_repo))
+        return self.answer
+
+
+def _fake_runfiles_library(monkeypatch, create) -> None:
+    module = types.ModuleType("python.runfiles")
+    module.runfiles = types.SimpleNamespace(Create=create)
+    monkeypatch.setitem(sys.modules, "python", types.ModuleType("python"))
+    monkeypatch.setitem(sys.modules, "python.runfiles", module)
+
+
+def test_runfiles_library_comes_before_the_variables(tmp_path, clean_env):
+    # The library also reads a runfiles manifest (all that `bazel run` sets), which
+    # RUNFILES_DIR and TEST_SRCDIR by hand cannot.
+    calls: list = []
+    answer = str(tmp_path / "from_the_library" / "libmy_ops.so")
+    _fake_runfiles_library(clean_env, lambda: _FakeRunfiles(answer, calls))
+    clean_env.setenv("RUNFILES_DIR", str(tmp_path / "rf"))
+    clean_env.setenv("TEST_SRCDIR", str(tmp_path / "srcdir"))
+    paths = _library.candidate_paths(tmp_path / "python" / "my_ops")
+    assert paths[:3] == [
+        answer,
+        str(tmp_path / "rf" / "_main" / "ops" / "libmy_ops.so"),
+        str(tmp_path / "srcdir" / "_main" / "ops" / "libmy_ops.so"),
+    ]
+    # Keys as this repository names them, whichever file the package was loaded from.
+    assert calls == [("_main/ops/libmy_ops.so", "")]
+
+
+def test_a_runfiles_library_that_fails_leaves_the_variables(tmp_path, clean_env, real_library):
+    def broken():
+        raise OSError("cannot read the runfiles manifest")
+
+    _fake_runfiles_library(clean_env, broken)
+    lib = tmp_path / "rf" / "_main" / "ops" / "libmy_ops.so"
+    lib.parent.mkdir(parents=True)
+    lib.symlink_to(real_library)
+    clean_env.setenv("RUNFILES_DIR", str(tmp_path / "rf"))
+    assert _library.find_library(tmp_path / "elsewhere" / "my_ops") == str(lib)
+
+
+def test_without_the_runfiles_library_the_variables_are_read(tmp_path, clean_env):
+    clean_env.setitem(sys.modules, "python.runfiles", None)  # import fails
+    clean_env.setenv("TEST_SRCDIR", str(tmp_path / "srcdir"))
+    paths = _library.candidate_paths(tmp_path / "python" / "my_ops")
+    assert paths[0] == str(tmp_path / "srcdir" / "_main" / "ops" / "libmy_ops.so")
 
 
 def test_found_relative_to_package(tmp_path, clean_env, real_library, package_copy):
