@@ -1,8 +1,10 @@
 """Default model exported by ``deploy/export.py`` when ``--model`` is not given.
 
-A small pre-norm transformer-style block that exercises every piece of the op
-library: ``identity_conv``, ``fused_bias_gelu``, ``fused_add_rms_norm`` and the
-``torch.classes.my_ops.RMSNorm`` custom class (held by ``my_ops.RMSNorm``).
+A small transformer-style block that exercises every piece of the op library: a
+gelu stem (``identity_conv``, ``fused_bias_gelu``), attention with a fused residual
+add and RMS norm (``fused_add_rms_norm``), a LLaMA-style SwiGLU MLP
+(``silu_and_mul``) and the ``torch.classes.my_ops.RMSNorm`` custom class (held by
+``my_ops.RMSNorm``).
 
 Factory protocol (also used by ``--model module:factory``)
 ---------------------------------------------------------
@@ -65,10 +67,12 @@ class Block(nn.Module):
     def __init__(self, hidden: int = HIDDEN, heads: int = HEADS, mlp: int = MLP) -> None:
         super().__init__()
         self.heads = heads
+        self.stem = nn.Linear(hidden, hidden, bias=False)
+        self.stem_bias = nn.Parameter(torch.zeros(hidden))
         self.qkv = nn.Linear(hidden, 3 * hidden)
         self.proj = nn.Linear(hidden, hidden)
-        self.up = nn.Linear(hidden, mlp, bias=False)
-        self.up_bias = nn.Parameter(torch.zeros(mlp))
+        # SwiGLU: one projection gives the gate and the up halves side by side.
+        self.gate_up = nn.Linear(hidden, 2 * mlp, bias=False)
         self.down = nn.Linear(mlp, hidden)
         self.attn_norm_weight = nn.Parameter(torch.ones(hidden))
         self.eps = 1e-6
@@ -86,14 +90,14 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
-        x = my_ops.identity_conv(x)
+        x = my_ops.fused_bias_gelu(self.stem(my_ops.identity_conv(x)), self.stem_bias, "tanh")
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, h // self.heads).unbind(2)
         attn = nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
         )
         attn = self.proj(attn.transpose(1, 2).reshape(b, s, h))
         normed, residual = my_ops.fused_add_rms_norm(attn, x, self.attn_norm_weight, self.eps)
-        mlp = self.down(my_ops.fused_bias_gelu(self.up(normed), self.up_bias, "tanh"))
+        mlp = self.down(my_ops.silu_and_mul(self.gate_up(normed)))
         return self.final_norm(mlp + residual)
 
 

@@ -13,7 +13,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from check_run import ROOT, Job, Run, Step
+from check_run import LOG_FILES, ROOT, Job, Run, Step
 
 FLAGS_FILE = "tools/torch/kernel_flags.bzl"
 CUDA_TOOLKIT = "tools/cuda/private/cuda_toolkit.py"
@@ -106,7 +106,14 @@ def _loader_command(run: Run, cxx_flags: list[str], torch_link: list[str]) -> li
     libs = [f"lib/{platform.machine()}-linux-gnu", "lib64", "lib"]
     sodium = _find("MY_OPS_LIBSODIUM", "*libsodium*", *[f"{d}/libsodium.a" for d in libs])
     nlohmann = _find("MY_OPS_NLOHMANN_JSON", "*nlohmann_json*", "include/nlohmann/json.hpp")
-    cmd = [run.facts["cxx"], *cxx_flags, "-O2", "-pthread", "-o", str(run.work / "loader")]
+    # The loader includes a header Bazel generates from deploy/package_contract.json.
+    gen = run.work / "gen"
+    header = gen / "deploy/loader/package_contract.h"
+    header.parent.mkdir(parents=True, exist_ok=True)
+    contract = [sys.executable, "deploy/package_contract.py", "deploy/package_contract.json"]
+    run.run([*contract, str(header)], run.work / LOG_FILES["build"])
+    cmd = [run.facts["cxx"], *cxx_flags, f"-I{gen}", "-O2", "-pthread"]
+    cmd += ["-o", str(run.work / "loader")]
     for hit in (sodium, nlohmann):
         # g++ searches /usr/include anyway; an -isystem for it would come before libstdc++'s
         # headers, whose #include_next then fails. Without the headers the compile fails
