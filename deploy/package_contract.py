@@ -260,8 +260,12 @@ def main(argv: list[str]) -> int:
     except ContractError as e:
         print(f"package_contract: error: {e}", file=sys.stderr)
         return 1
-    with open(header, "w", encoding="utf-8") as f:
-        f.write(cc_header(contract))
+    try:
+        with open(header, "w", encoding="utf-8") as f:
+            f.write(cc_header(contract))
+    except OSError as e:
+        print(f"package_contract: error: cannot write {header}: {e.strerror}", file=sys.stderr)
+        return 1
     return 0
 
 

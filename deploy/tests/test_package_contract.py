@@ -224,3 +224,12 @@ def test_the_generator_fails_with_one_line_naming_the_file(raw: dict, tmp_path: 
     proc = _generate(str(path))
     assert proc.returncode == 2
     assert "usage:" in proc.stderr
+
+
+def test_the_generator_names_a_header_it_cannot_write(tmp_path: Path) -> None:
+    out = tmp_path / "missing" / "package_contract.h"
+    proc = _generate(package_contract.CONTRACT_PATH, str(out))
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == [
+        f"package_contract: error: cannot write {out}: No such file or directory"
+    ]
