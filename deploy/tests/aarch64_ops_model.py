@@ -94,16 +94,21 @@ class OpsModel(nn.Module):
                 args.append(call.scalars[name])
         return args
 
-    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def each_call(self, inputs, implementation) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """(every call's outputs, through implementation(spec), the inputs left over)."""
         outputs: list[torch.Tensor] = []
         offset = 0
         for i, call in enumerate(CALLS):
             args = self.arguments(i, call, inputs[offset : offset + call.n_inputs])
             offset += call.n_inputs
-            result = call.spec.wrapper(*args)
+            result = implementation(call.spec)(*args)
             outputs += result if isinstance(result, tuple) else (result,)
-        outputs.append(self.norm(inputs[offset]))
-        return tuple(outputs)
+        (rest,) = inputs[offset:]
+        return outputs, rest
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outputs, x = self.each_call(inputs, lambda spec: spec.wrapper)
+        return (*outputs, self.norm(x))
 
 
 def output_checks() -> list[tuple[str, dict]]:
@@ -120,15 +125,8 @@ def output_checks() -> list[tuple[str, dict]]:
 
 def reference(model: OpsModel, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """The float64 references of forward's outputs, rounded once to float32."""
-    outputs: list[torch.Tensor] = []
-    offset = 0
-    for i, call in enumerate(CALLS):
-        args = model.arguments(i, call, inputs[offset : offset + call.n_inputs])
-        offset += call.n_inputs
-        result = call.spec.reference(*args)
-        outputs += result if isinstance(result, tuple) else (result,)
-    outputs.append(my_ops.nn.reference(inputs[offset], model.norm_weight, EPS))
-    return tuple(outputs)
+    outputs, x = model.each_call(inputs, lambda spec: spec.reference)
+    return (*outputs, my_ops.nn.reference(x, model.norm_weight, EPS))
 
 
 def inputs(batch: int) -> tuple[torch.Tensor, ...]:
