@@ -23,7 +23,7 @@ from my_ops.ops._spec import (
     OpSpec,
     Primary,
 )
-from testing_utils import make_input
+from testing_utils import assert_close, make_input
 
 SPECS: list[OpSpec] = list(my_ops.ops.SPECS.values())
 DIFFERENTIABLE: list[OpSpec] = [s for s in SPECS if s.autograd is not None]
@@ -140,12 +140,8 @@ def assert_matches_reference(spec: OpSpec, args: tuple, result, msg: str = "") -
 
 
 def assert_close_spec(spec: OpSpec, actual: torch.Tensor, expected: torch.Tensor, msg="") -> None:
-    """``|actual - expected| <= atol + rtol * |expected|`` with the op's tolerance."""
-    t = spec.tolerances[expected.dtype]
-    a, e = actual.detach().double(), expected.detach().double()
-    if bool(((a - e).abs() <= t["atol"] + t["rtol"] * e.abs()).all()):
-        return
-    torch.testing.assert_close(a.cpu(), e.cpu(), **t, msg=lambda m: f"{msg}\n{m}")
+    """testing_utils.assert_close with the op's tolerances."""
+    assert_close(actual, expected, msg, spec.tolerances)
 
 
 def output_grads(outputs: tuple, generator: torch.Generator | None = None) -> tuple:

@@ -79,12 +79,11 @@ FLOAT_DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 TOLERANCES = DEFAULT_TOLERANCES
 
 
-def tol(dtype: torch.dtype) -> dict:
-    return TOLERANCES[dtype]
-
-
-def assert_close(actual: torch.Tensor, expected: torch.Tensor, msg: str = "") -> None:
-    """Compare in float64 with the tolerance of ``expected.dtype``; dtype/shape must match.
+def assert_close(
+    actual: torch.Tensor, expected: torch.Tensor, msg: str = "", tolerances=TOLERANCES
+) -> None:
+    """Compare in float64 with the tolerance of ``expected.dtype`` (in ``tolerances``, an
+    op's own or the suite's); dtype/shape/device must match.
 
     ``|actual - expected| <= atol + rtol * |expected|`` elementwise (no NaN allowed). A fast
     vectorized check runs first; otherwise torch.testing decides (matching infinities) and
@@ -93,7 +92,7 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, msg: str = "") ->
     assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     assert actual.device == expected.device, (actual.device, expected.device)
-    t = tol(expected.dtype)
+    t = tolerances[expected.dtype]
     a, e = actual.detach().double(), expected.detach().double()
     if bool(((a - e).abs() <= t["atol"] + t["rtol"] * e.abs()).all()):
         return
