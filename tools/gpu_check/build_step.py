@@ -11,14 +11,18 @@ import re
 import shutil
 import sys
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 
-from check_run import LOG_FILES, ROOT, Job, Run, Step
+from check_run import ROOT, Job, Run, Step
 
 FLAGS_FILE = "tools/torch/kernel_flags.bzl"
 CUDA_TOOLKIT = "tools/cuda/private/cuda_toolkit.py"
 KINDS = {"cpp": ["*.cpp"], "cu": ["*.cu"], "hdr": ["*.h", "*.cuh"]}
 SYSTEM_INCLUDES = (Path("/usr/include"), Path("/usr/local/include"))
+LIBRARY = "libmy_ops.so"
+# Where the search looks after nvcc on PATH (/usr/local/cuda); tests point it elsewhere.
+DEFAULT_ROOT_VAR = "GPU_CHECK_DEFAULT_CUDA_ROOT"
 
 
 def find_sources(root: Path = ROOT) -> dict[str, list[str]]:
@@ -61,28 +65,130 @@ def nvidia_lib_dirs() -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-def _cuda(run: Run, site_packages: Path) -> tuple[list[str], list[str]]:
-    """nvcc's command up to its sources, and the link flags for the CUDA runtime."""
+def site_packages(torch_dir: Path) -> list[Path]:
+    """Where this torch's nvidia wheels may be: its own site-packages first, then sys.path
+    (under Bazel's rules_python each wheel has its own)."""
+    dirs = [torch_dir.parent, *(Path(p) for p in sys.path if p and Path(p).is_dir())]
+    return list(dict.fromkeys(dirs))
+
+
+def cudart_major(lib: Path) -> int | None:
+    """13 for libcudart.so.13 or libcudart.so.13.0.96; an unversioned libcudart.so: its
+    symlink target's."""
+    for name in (lib.name, lib.resolve().name):
+        if m := re.fullmatch(r"libcudart\.so\.(\d+)(\.\d+)*", name):
+            return int(m.group(1))
+    return None
+
+
+def _cudarts(lib_dirs: list[Path]) -> list[Path]:
+    """The shared cudarts of lib_dirs, in their order, a versioned name before a plain one."""
+    libs = []
+    for d in lib_dirs:
+        found = [f for f in d.glob("libcudart.so*") if f.is_file()]
+        libs += sorted(found, key=lambda f: (f.name == "libcudart.so", f.name))
+    return libs
+
+
+def wheel_cudarts(sites: list[Path]) -> list[Path]:
+    """The cudarts of the nvidia runtime wheels: nvidia/cu<N>/lib (newest N first), then
+    nvidia/cuda_runtime/lib as CUDA 12's wheels lay it out."""
+    dirs = []
+    for sp in sites:
+        cu = [d for d in sp.glob("nvidia/cu*") if re.fullmatch(r"cu\d+", d.name)]
+        dirs += [d / "lib" for d in sorted(cu, key=lambda d: -int(d.name[2:]))]
+        dirs.append(sp / "nvidia/cuda_runtime/lib")
+    return _cudarts(dirs)
+
+
+def toolkit_cudarts(root: Path) -> list[Path]:
+    """The toolkit's own cudarts: lib64/, targets/*/lib/, or lib/ (a wheel's toolkit)."""
+    return _cudarts([root / "lib64", *sorted(root.glob("targets/*/lib")), root / "lib"])
+
+
+WHEEL, TOOLKIT = "torch's nvidia wheel", "the toolkit"
+
+
+@dataclass
+class Cudart:
+    path: Path | None  # what the library links; None: no cudart anywhere
+    source: str  # WHEEL or TOOLKIT
+    warning: str | None  # one line, when nvcc is newer than torch's cudart
+
+
+def choose_cudart(nvcc_version: str, wheel: list[Path], toolkit: list[Path]) -> Cudart:
+    """The cudart to link objects of nvcc nvcc_version against: torch's wheel's (the one
+    torch loads: one cudart in the process) when its major is at least nvcc's, else the
+    toolkit's when its is, else whichever there is. nvcc N's objects import
+    __cudaLaunchKernel and __cudaGetKernel, which libcudart.so.N has and older ones lack:
+    the warning says so when torch's cudart is older than nvcc."""
+    major = int(nvcc_version.split(".")[0])
+    found = [(lib, WHEEL) for lib in wheel] + [(lib, TOOLKIT) for lib in toolkit]
+    if not found:
+        return Cudart(None, "", None)
+    path, source = next((f for f in found if (cudart_major(f[0]) or 0) >= major), found[0])
+    torch_major = cudart_major(wheel[0]) if wheel else None
+    if torch_major is None or torch_major >= major:
+        return Cudart(path, source, None)
+    warning = (
+        f"WARNING: nvcc {nvcc_version} is newer than torch's cudart ({wheel[0].name}): CUDA "
+        f"{major} objects need __cudaLaunchKernel/__cudaGetKernel from libcudart.so.{major}; "
+    )
+    if (cudart_major(path) or 0) >= major:
+        warning += f"linking the toolkit's {path} (a second CUDA runtime in the process)"
+    else:
+        warning += "none found, so libmy_ops.so will not load: set CUDA_HOME to a CUDA "
+        warning += f"{torch_major} toolkit"
+    return Cudart(path, source, warning)
+
+
+def find_toolkit(run: Run, torch_dir: Path) -> tuple[dict, Cudart]:
+    """cuda_toolkit.py's findings (searching torch's site-packages for a pip toolkit last),
+    and the cudart to link; sets run.cuda_home, which every later command gets."""
+    sites = site_packages(torch_dir)
     cmd = [sys.executable, str(ROOT / CUDA_TOOLKIT), "--overlay", str(run.work / "overlay")]
+    cmd += [a for sp in sites for a in ("--site-packages", str(sp))]
+    if os.environ.get(DEFAULT_ROOT_VAR):
+        cmd += ["--default-root", os.environ[DEFAULT_ROOT_VAR]]
     job = run.run(cmd)
     if job.rc != 0:
         raise RuntimeError(f"{CUDA_TOOLKIT}: {job.output.strip()[-500:]}")
     tk = json.loads(job.output.splitlines()[-1])
     if not tk["root"]:
-        raise RuntimeError("no CUDA toolkit: $CUDA_PATH, $CUDA_HOME, nvcc on PATH, /usr/local/cuda")
+        raise RuntimeError(
+            "no CUDA toolkit: none in $CUDA_PATH, $CUDA_HOME, nvcc on PATH, "
+            f"{os.environ.get(DEFAULT_ROOT_VAR) or '/usr/local/cuda'}, or an nvidia-cuda-nvcc "
+            f"wheel beside torch ({torch_dir.parent}); --cpu-only needs none"
+        )
+    cudart = choose_cudart(tk["version"], wheel_cudarts(sites), toolkit_cudarts(Path(tk["root"])))
+    if cudart.path is None:
+        raise RuntimeError("libcudart.so not found in the nvidia wheels or the toolkit")
+    run.cuda_home = Path(tk["root"])
+    keys = ("root", "nvcc", "version", "how", "overlay", "host_needs_overlay", "warnings")
+    run.facts["cuda_toolkit"] = {k: tk[k] for k in keys}
+    run.facts["glibc"] = tk["glibc"]
+    run.facts["cudart"] = {"path": str(cudart.path), "from": cudart.source}
+    run.facts["cudart"] |= {"major": cudart_major(cudart.path), "warning": cudart.warning}
+    return tk, cudart
+
+
+def _cuda(run: Run, torch_dir: Path) -> tuple[list[str], list[str]]:
+    """nvcc's command up to its sources, and the link flags for the CUDA runtime."""
+    tk, cudart = find_toolkit(run, torch_dir)
+    run.say(
+        f"toolkit: CUDA {tk['version']} at {tk['root']} (found: {tk['how']}), nvcc {tk['nvcc']}"
+    )
+    run.say(f"cudart: {cudart.path} ({cudart.source})")
+    for warning in tk["warnings"] + [cudart.warning] * bool(cudart.warning):
+        run.say(warning)
     # g++ here is the host's, so the host's glibc decides, as for tools/cuda's host toolchain.
     overlay = tk["overlay"] if tk["host_needs_overlay"] else None
-    # The CUDA runtime wheel torch loads (nvidia/cu13, ...): one cudart in the process, and
-    # cublas_v2.h and cusparse.h, which ATen/cuda/CUDAContext.h needs and a minimal toolkit
-    # may lack.
-    wheels = [d for d in (site_packages / "nvidia").glob("cu*") if re.fullmatch(r"cu\d+", d.name)]
+    # The CUDA wheels beside torch (nvidia/cu13, ...) have cublas_v2.h and cusparse.h, which
+    # ATen/cuda/CUDAContext.h needs and a minimal toolkit may lack.
+    wheels = [
+        d for d in (torch_dir.parent / "nvidia").glob("cu*") if re.fullmatch(r"cu\d+", d.name)
+    ]
     wheels.sort(key=lambda d: -int(d.name[2:]))
-    libs = [*(w / "lib" for w in wheels), Path(tk["root"]) / "lib64"]
-    names = ("libcudart.so.13", "libcudart.so.12", "libcudart.so")
-    cudart = next((d / n for d in libs for n in names if (d / n).exists()), None)
-    if cudart is None:
-        raise RuntimeError("libcudart.so not found in the nvidia wheels or the toolkit")
-    run.facts.update(tk, rsqrt_overlay=bool(overlay), cudart=str(cudart))
     nvcc = [tk["nvcc"], "-std=c++20", "-x", "cu", "-Xcompiler", "-fPIC", "-O2"]
     nvcc += ["-ccbin", shutil.which(run.facts["cxx"]) or run.facts["cxx"]]
     # Only skips nvcc's host compiler version check: on a borrowed machine a g++ newer
@@ -90,7 +196,8 @@ def _cuda(run: Run, site_packages: Path) -> tuple[list[str], list[str]]:
     nvcc += ["-allow-unsupported-compiler", f"-arch={run.args.nvcc_arch}"]
     nvcc += [f"-I{overlay}"] if overlay else []
     nvcc += ["-isystem", str(wheels[0] / "include")] if wheels else []
-    return nvcc, [f"-L{cudart.parent}", f"-Wl,-rpath,{cudart.parent}", f"-l:{cudart.name}"]
+    lib = cudart.path
+    return nvcc, [f"-L{lib.parent}", f"-Wl,-rpath,{lib.parent}", f"-l:{lib.name}"]
 
 
 def _find(env_var: str, repo_glob: str, *files: str) -> tuple[Path, str] | None:
@@ -102,16 +209,29 @@ def _find(env_var: str, repo_glob: str, *files: str) -> tuple[Path, str] | None:
     return next(((b, f) for b in bases for f in files if (b / f).is_file()), None)
 
 
-def _loader_command(run: Run, cxx_flags: list[str], torch_link: list[str]) -> list[str]:
+@dataclass
+class BuildPlan:
+    """The build's commands, in the order they start."""
+
+    compiles: dict[str, list[str]]  # source: its compile, nvcc's (the slowest) first
+    objects: list[Path]
+    link: list[str]
+    contract: list[str]  # writes the header the loader includes
+    loader: list[str]
+
+    def commands(self) -> list[list[str]]:
+        return [*self.compiles.values(), self.link, self.contract, self.loader]
+
+
+def _loader_commands(run: Run, cxx_flags: list[str], torch_link: list[str]):
+    """The loader's compile, after the command writing the header it includes."""
     libs = [f"lib/{platform.machine()}-linux-gnu", "lib64", "lib"]
     sodium = _find("MY_OPS_LIBSODIUM", "*libsodium*", *[f"{d}/libsodium.a" for d in libs])
     nlohmann = _find("MY_OPS_NLOHMANN_JSON", "*nlohmann_json*", "include/nlohmann/json.hpp")
-    # The loader includes a header Bazel generates from deploy/package_contract.json.
+    # Bazel generates it from deploy/package_contract.json.
     gen = run.work / "gen"
     header = gen / "deploy/loader/package_contract.h"
-    header.parent.mkdir(parents=True, exist_ok=True)
     contract = [sys.executable, "deploy/package_contract.py", "deploy/package_contract.json"]
-    run.run([*contract, str(header)], run.work / LOG_FILES["build"])
     cmd = [run.facts["cxx"], *cxx_flags, f"-I{gen}", "-O2", "-pthread"]
     cmd += ["-o", str(run.work / "loader")]
     for hit in (sodium, nlohmann):
@@ -121,10 +241,12 @@ def _loader_command(run: Run, cxx_flags: list[str], torch_link: list[str]) -> li
         if hit and (hit[0] / "include").resolve() not in SYSTEM_INCLUDES:
             cmd += ["-isystem", str(hit[0] / "include")]
     cmd += sorted(str(p) for p in (ROOT / "deploy/loader").glob("*.cpp"))
-    return cmd + ([str(sodium[0] / sodium[1])] if sodium else []) + torch_link + ["-ldl"]
+    cmd += ([str(sodium[0] / sodium[1])] if sodium else []) + torch_link + ["-ldl"]
+    return [*contract, str(header)], cmd
 
 
-def step_build(run: Run, step: Step) -> None:
+def plan_build(run: Run) -> BuildPlan:
+    """Every command of the build; in CUDA mode it first picks the toolkit (find_toolkit)."""
     import torch
 
     cuda = not run.args.cpu_only
@@ -148,10 +270,10 @@ def step_build(run: Run, step: Step) -> None:
     torch_link += [f"-Wl,-rpath-link,{d}" for d in nvidia_lib_dirs()]
     torch_link += ["-ltorch", "-ltorch_cpu", "-lc10"]
     torch_link += ["-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed"] if cuda else ["-Wl,--as-needed"]
-    jobs: dict[str, list[str]] = {}  # label: command, nvcc's (the slowest) first
+    jobs: dict[str, list[str]] = {}
     cudart: list[str] = []
     if cuda:
-        nvcc, cudart = _cuda(run, torch_dir.parent)
+        nvcc, cudart = _cuda(run, torch_dir)
         for src in sources["cu"]:
             jobs[src] = [*nvcc, *includes, *flags["TORCH_NVCC_COPTS"], "-c", str(ROOT / src)]
     arm = platform.machine() == "aarch64"
@@ -161,12 +283,22 @@ def step_build(run: Run, step: Step) -> None:
     objects = [run.work / (src.replace("/", "__") + ".o") for src in jobs]
     for cmd, obj in zip(jobs.values(), objects, strict=True):
         cmd += ["-o", str(obj)]
+    link = [cxx, "-shared", "-o", str(run.work / LIBRARY), *map(str, objects)]
+    link += [*flags["TORCH_OP_LIBRARY_LINKOPTS"], *torch_link, *cudart]
+    contract, loader = _loader_commands(run, cxx_flags, torch_link)
+    return BuildPlan(jobs, objects, link, contract, loader)
+
+
+def step_build(run: Run, step: Step) -> None:
+    plan = plan_build(run)
     with open(run.log(step), "a") as log:
         log.write("".join(f"{k}: {v}\n" for k, v in run.facts.items()))
     run.pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
-    futures = {run.pool.submit(run.run, cmd): label for label, cmd in jobs.items()}
+    futures = {run.pool.submit(run.run, cmd): label for label, cmd in plan.compiles.items()}
     # Queued last: the library is needed first, the loader only after the tests and export.
-    run.loader = run.pool.submit(run.run, _loader_command(run, cxx_flags, torch_link))
+    Path(plan.contract[-1]).parent.mkdir(parents=True, exist_ok=True)
+    run.run(plan.contract, run.log(step))
+    run.loader = run.pool.submit(run.run, plan.loader)
     done: dict[str, Job] = {}
     for future in as_completed(futures):
         job = done[futures[future]] = future.result()
@@ -176,10 +308,7 @@ def step_build(run: Run, step: Step) -> None:
     failed = [label for label, job in done.items() if job.rc != 0]
     if failed:
         return run.fail(step, "failed: " + ",".join(failed), done[failed[0]])
-    out = run.work / "libmy_ops.so"
-    link = [cxx, "-shared", "-o", str(out), *map(str, objects)]
-    link += [*flags["TORCH_OP_LIBRARY_LINKOPTS"], *torch_link, *cudart]
-    job = run.run(link, run.log(step))
+    job = run.run(plan.link, run.log(step))
     if job.rc != 0:
         return run.fail(step, "failed: link", job)
-    step.status, step.detail, run.lib = "ok", f"{len(done)} objects", out
+    step.status, step.detail, run.lib = "ok", f"{len(done)} objects", run.work / LIBRARY

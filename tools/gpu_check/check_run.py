@@ -22,6 +22,8 @@ LOG_FILES |= {"loader": "loader.log", "bench": "bench.txt"}
 # A log keeps this much of its start and of its end: the cause and the outcome.
 LOG_HEAD, LOG_TAIL = 40_000, 160_000
 KILL_GRACE_S = 30
+# What a logged (or --dry-run) command line shows of its environment.
+SHOWN_ENV = ("CUDA_HOME", "MY_OPS_LIBRARY", "MY_OPS_TEST_DEVICES")
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Run:
     lib: Path | None = None  # libmy_ops.so, once linked
     loader: Future[Job] | None = None  # the loader's compile, left running in the pool
     export_dir: Path | None = None  # the exported package, once its parity passed
+    cuda_home: Path | None = None  # the CUDA toolkit the build picked, for every command
 
     @property
     def deadline(self) -> float:
@@ -84,7 +87,7 @@ class Run:
         timeout, t0, rc = self.deadline + KILL_GRACE_S - time.monotonic(), time.monotonic(), 124
         with open(log, "a+b") if log else tempfile.TemporaryFile() as f:
             start = f.tell()
-            f.write(f"$ {shlex.join(map(str, cmd))}\n".encode())
+            f.write(f"$ {self.show(cmd, env)}\n".encode())
             f.flush()
             if timeout <= 0:
                 f.write(b"gpu_check: not started, time budget used up\n")
@@ -92,7 +95,7 @@ class Run:
                 # In its own process group, so that compilers and test workers go with it.
                 proc = subprocess.Popen(
                     cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    cwd=ROOT, env=env, start_new_session=True,
+                    cwd=ROOT, env=env or self.base_env(), start_new_session=True,
                 )  # fmt: skip
                 self.children.add(proc)
                 try:
@@ -113,10 +116,25 @@ class Run:
             proc.wait()
         self.children.discard(proc)
 
+    def base_env(self) -> dict[str, str]:
+        """Every command's: once the build picked a toolkit, $CUDA_HOME is it and its bin/
+        leads PATH, so that torch's cpp_extension and Inductor use the nvcc the build did."""
+        env = dict(os.environ)
+        if self.cuda_home is not None:
+            env["CUDA_HOME"] = str(self.cuda_home)
+            env["PATH"] = os.pathsep.join([str(self.cuda_home / "bin"), env.get("PATH", "")])
+        return env
+
+    def show(self, cmd: list, env: dict | None = None) -> str:
+        """cmd as a shell line, after the variables of env that say what it runs against."""
+        env = env or self.base_env()
+        shown = [f"{k}={env[k]}" for k in SHOWN_ENV if k in env]
+        return shlex.join([*shown, *map(str, cmd)])
+
     def child_env(self) -> dict[str, str]:
         """For Python children: this torch, the checkout's my_ops and library, caches in work."""
         tmp = self.work / "tmp"
-        env = dict(os.environ, MY_OPS_LIBRARY=str(self.lib), PYTHONDONTWRITEBYTECODE="1")
+        env = self.base_env() | {"MY_OPS_LIBRARY": str(self.lib), "PYTHONDONTWRITEBYTECODE": "1"}
         env.update(PYTHONUNBUFFERED="1", TMPDIR=str(tmp), TRITON_CACHE_DIR=str(tmp / "triton"))
         env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp / "inductor")
         # Bazel's test sandbox may leave HOME unset; caches must land somewhere writable.

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import re
 import sys
+from pathlib import Path
+from typing import NamedTuple
 
 from build_step import nvidia_lib_dirs
 from check_run import Run, Step
@@ -16,6 +18,7 @@ VERIFY_STAGE = re.compile(r"^verify\s+\.\.\. (?!skipped)", re.MULTILINE)
 # Two runs in one process at each batch size: a CUDA package loads its kernels on first
 # use, and a second shape takes other kernel paths.
 LOADER_BATCHES = (1, 3)
+EXPORT = "export"  # the package's folder in the work folder
 # The default model treats batch rows alike, so batch N's data is N copies of batch 1's.
 _REPEAT = """import os, sys, torch
 n, out = int(sys.argv[1]), sys.argv[2]
@@ -31,11 +34,14 @@ LOADER_HINTS = {
 }
 
 
+def plan_export(run: Run) -> list[str]:
+    device = "cpu" if run.args.cpu_only else "cuda"
+    return [sys.executable, "deploy/export.py", "--device", device, "--out", str(run.work / EXPORT)]
+
+
 def step_export(run: Run, step: Step) -> None:
     device = "cpu" if run.args.cpu_only else "cuda"
-    out_dir = run.work / "export"
-    cmd = [sys.executable, "deploy/export.py", "--device", device, "--out", str(out_dir)]
-    job = run.run(cmd, run.log(step), run.child_env())
+    job = run.run(plan_export(run), run.log(step), run.child_env())
     verified = job.rc == 0 and bool(VERIFY_STAGE.search(job.output))
     step.facts.update(device=device, export="ok" if job.rc == 0 else "fail")
     step.facts.update(parity="ok" if verified else "fail" if job.rc == 0 else "not run")
@@ -44,7 +50,37 @@ def step_export(run: Run, step: Step) -> None:
         return run.fail(step, f"export.py exit {job.rc}", job)
     if not verified:
         return run.fail(step, "export.py ran no verify stage", job)
-    step.status, run.export_dir = "ok", out_dir
+    step.status, run.export_dir = "ok", run.work / EXPORT
+
+
+def loader_env(run: Run) -> dict[str, str]:
+    env = run.child_env()
+    dirs = [*map(str, nvidia_lib_dirs()), env.get("LD_LIBRARY_PATH", "")]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(d for d in dirs if d)
+    return env
+
+
+class LoaderRun(NamedTuple):
+    batch: int
+    data: Path  # the input and expected output's folder
+    repeat: list[str] | None  # writes them (None for batch 1: the package's own)
+    cmd: list[str]  # the loader's
+
+
+def plan_loader(run: Run) -> list[LoaderRun]:
+    package, plan = run.export_dir, []
+    for batch in LOADER_BATCHES:
+        data, repeat = package, None
+        if batch != 1:
+            data = run.work / f"batch{batch}"
+            files = [str(package / n) for n in ("sample_input.pt", "expected_output.pt")]
+            repeat = [sys.executable, "-c", _REPEAT, str(batch), str(data), *files]
+        # The loader reads no environment for libraries: the op library is named.
+        cmd = [run.work / "loader", "--ops", run.lib, "--package", package / "model.pt2"]
+        cmd += ["--input", data / "sample_input.pt", "--output", run.work / "out.pt"]
+        cmd += ["--expect", data / "expected_output.pt", "--runs", 2, "--atol=1e-4", "--rtol=1e-4"]
+        plan.append(LoaderRun(batch, data, repeat, list(map(str, cmd))))
+    return plan
 
 
 def step_loader(run: Run, step: Step) -> None:
@@ -57,23 +93,14 @@ def step_loader(run: Run, step: Step) -> None:
         step.facts["parity"] = "build_failed"
         hints = "".join(f" ({hint})" for key, hint in LOADER_HINTS.items() if key in job.output)
         return run.fail(step, "loader build failed" + hints, job)
-    env = run.child_env()
-    dirs = [*map(str, nvidia_lib_dirs()), env.get("LD_LIBRARY_PATH", "")]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(d for d in dirs if d)
-    package = run.export_dir
-    for batch in LOADER_BATCHES:
-        data = package if batch == 1 else run.work / f"batch{batch}"
-        if batch != 1:
+    env = loader_env(run)
+    for batch, data, repeat, cmd in plan_loader(run):
+        if repeat is not None:
             data.mkdir()
-            files = [str(package / n) for n in ("sample_input.pt", "expected_output.pt")]
-            job = run.run([sys.executable, "-c", _REPEAT, str(batch), str(data), *files], env=env)
+            job = run.run(repeat, env=env)
             if job.rc != 0:
                 return run.fail(step, f"cannot make the batch-{batch} files", job)
-        # The loader reads no environment for libraries: the op library is named.
-        cmd = [run.work / "loader", "--ops", run.lib, "--package", package / "model.pt2"]
-        cmd += ["--input", data / "sample_input.pt", "--output", run.work / "out.pt"]
-        cmd += ["--expect", data / "expected_output.pt", "--runs", 2, "--atol=1e-4", "--rtol=1e-4"]
-        job = run.run(list(map(str, cmd)), run.log(step), env)
+        job = run.run(cmd, run.log(step), env)
         step.facts[f"loader_exit_b{batch}"] = job.rc
         step.facts["parity"] = "ok" if job.rc == 0 and "outputs match" in job.output else "fail"
         if step.facts["parity"] != "ok":

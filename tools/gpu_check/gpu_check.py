@@ -16,7 +16,11 @@ Prints one verdict line (gpu_check: PASS|FAIL build=ok tests=... in N s), also
 written to OUT_DIR/verdict.txt beside summary.json and each step's log. No step
 starts after --budget seconds; a running one is killed 30 s later.
 
-Exit status: 0 PASS, 1 FAIL, 2 bad usage.
+--dry-run prints every command instead, with the toolkit it would use, runs none
+and writes nothing (OUT_DIR is not touched); it exits 1 with one line on stderr
+when it cannot plan them all (e.g. no nvcc without --cpu-only).
+
+Exit status: 0 PASS, 1 FAIL, 2 bad usage (--dry-run: 0 planned, 1 not).
 """
 
 from __future__ import annotations
@@ -37,14 +41,31 @@ from typing import NoReturn
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.dont_write_bytecode = True
 
-from bench_step import step_bench  # noqa: E402
-from build_step import step_build  # noqa: E402
+from bench_step import plan_bench, step_bench  # noqa: E402
+from build_step import LIBRARY, plan_build, step_build  # noqa: E402
 from check_run import LOG_FILES, ROOT, Killed, Run, truncate_into  # noqa: E402
-from export_step import step_export, step_loader  # noqa: E402
-from tests_step import step_tests  # noqa: E402
+from export_step import (  # noqa: E402
+    EXPORT,
+    loader_env,
+    plan_export,
+    plan_loader,
+    step_export,
+    step_loader,
+)
+from tests_step import plan_tests, step_tests  # noqa: E402
 
 STEP_FUNCS = {"build": step_build, "tests": step_tests, "export": step_export}
 STEP_FUNCS |= {"loader": step_loader, "bench": step_bench}
+# For --dry-run: each step's commands, with their environments (None: Run.base_env()).
+PLANS = {
+    "build": lambda run: [(cmd, None) for cmd in plan_build(run).commands()],
+    "tests": lambda run: [plan_tests(run)[:2]],
+    "export": lambda run: [(plan_export(run), run.child_env())],
+    "loader": lambda run: [
+        (cmd, loader_env(run)) for r in plan_loader(run) for cmd in (r.repeat, r.cmd) if cmd
+    ],
+    "bench": lambda run: [(cmd, run.child_env()) for cmd, _ in plan_bench(run).values()],
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -65,6 +86,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--budget", type=float, default=450.0, metavar="SECONDS", help="default: 450")
     p.add_argument("--nvcc-arch", default="native", metavar="ARCH", help="default: native")
     p.add_argument("--tests-subset", metavar="EXPR", help="only the tests pytest -k EXPR selects")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run none")
     args = p.parse_args(argv)
     if not args.budget > 0:  # rather than <= 0, which a nan passes
         p.error(f"--budget: expected a positive number of seconds, got {args.budget}")
@@ -73,11 +95,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if out.exists() and not out.is_dir():
         p.error(f"OUT_DIR {out} exists and is not a folder")
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        if not args.dry_run:
+            out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         p.error(f"cannot create OUT_DIR {out}: {e.strerror}")
     args.out_dir = out.resolve()
     return args
+
+
+def dry_run(run: Run) -> int:
+    """Prints each step's commands, as run would start them; 1 if one cannot be planned."""
+    # What the build and export would leave for the steps after them.
+    run.lib, run.export_dir = run.work / LIBRARY, run.work / EXPORT
+    count = 0
+    for name, plan in PLANS.items():
+        try:
+            commands = plan(run)
+        except Exception as e:  # noqa: BLE001 - whatever it is, the run would fail on it
+            print(f"gpu_check: dry run: cannot plan {name}: {e}", file=sys.stderr, flush=True)
+            return 1
+        print(f"{name}:")
+        for cmd, env in commands:
+            print(f"  $ {run.show(cmd, env)}")
+        count += len(commands)
+    cuda = f"CUDA_HOME={run.cuda_home}" if run.cuda_home else "no CUDA toolkit"
+    print(f"gpu_check: DRY RUN {count} commands planned, none run ({cuda})", flush=True)
+    return 0
 
 
 def _on_signal(signum, _frame):
@@ -86,14 +129,20 @@ def _on_signal(signum, _frame):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    mode = "cpu-only" if args.cpu_only else f"cuda, nvcc -arch={args.nvcc_arch}"
+    work = Path(tempfile.mkdtemp(prefix="gpu_check.", dir=os.environ.get("TEST_TMPDIR")))
+    if args.dry_run:  # the work folder only holds what finding the toolkit writes
+        print(f"gpu_check: dry run, {mode}, repo {ROOT}, work {work} (removed)", flush=True)
+        try:
+            return dry_run(Run(args, work))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     for name in [*LOG_FILES.values(), "summary.json", "verdict.txt"]:
         (args.out_dir / name).unlink(missing_ok=True)
-    work = Path(tempfile.mkdtemp(prefix="gpu_check.", dir=os.environ.get("TEST_TMPDIR")))
     (work / "tmp").mkdir()
     run = Run(args, work)
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    mode = "cpu-only" if args.cpu_only else f"cuda, nvcc -arch={args.nvcc_arch}"
     run.say(f"gpu_check: {mode}, repo {ROOT}, budget {args.budget:.0f} s, work {work}")
     current = None  # the step running, for an interruption to fail
     try:

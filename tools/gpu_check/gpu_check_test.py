@@ -6,9 +6,11 @@ source files in this test's runfiles, with the locked torch.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,8 +30,19 @@ SCRATCH = Path(os.environ.get("TEST_TMPDIR") or "/tmp")
 SUBSET = "test_class or test_opcheck"
 
 sys.path.insert(0, str(SCRIPT.parent))
+sys.path.insert(0, str(ROOT / "tools/cuda/private"))
+import cuda_toolkit  # noqa: E402
 from bench_step import bench_verdict  # noqa: E402
-from build_step import bzl_lists, find_sources  # noqa: E402
+from build_step import (  # noqa: E402
+    bzl_lists,
+    choose_cudart,
+    cudart_major,
+    find_sources,
+    find_toolkit,
+    toolkit_cudarts,
+    wheel_cudarts,
+)
+from check_run import Run  # noqa: E402
 
 
 def _bazel_srcs() -> list[str]:
@@ -101,8 +114,11 @@ def _bench(**over) -> dict:
 
 
 def test_bench_verdict_lists_every_op_bench_reports():
-    assert bench_verdict(_bench(), True) == (True, "op_a 0.91 op_b 0.78 of copy (targets met)")
-    assert bench_verdict(_bench(), False) == (
+    assert bench_verdict({"fp32": _bench()}, True) == (
+        True,
+        "op_a 0.91 op_b 0.78 of copy (targets met)",
+    )
+    assert bench_verdict({"fp32": _bench()}, False) == (
         True,
         "op_a 0.91 op_b 0.78 of copy (cpu, targets not checked)",
     )
@@ -111,17 +127,195 @@ def test_bench_verdict_lists_every_op_bench_reports():
 def test_bench_verdict_fails_on_a_missed_or_missing_target():
     data = _bench(all_met=False)
     data["targets"][1] |= {"value": 0.6, "met": False}
-    assert bench_verdict(data, True) == (
+    assert bench_verdict({"fp32": data}, True) == (
         False,
         "op_a 0.91 op_b 0.78 of copy (targets missed: op_b bandwidth / copy >= 0.7: 0.60)",
     )
-    assert not bench_verdict(_bench(targets=[]), True)[0]
-    assert not bench_verdict(_bench(all_met=False), True)[0]
-    assert not bench_verdict(_bench(rows=[]), False)[0]
+    assert not bench_verdict({"fp32": _bench(targets=[])}, True)[0]
+    assert not bench_verdict({"fp32": _bench(all_met=False)}, True)[0]
+    assert not bench_verdict({"fp32": _bench(rows=[])}, False)[0]
 
 
-def _run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+def test_bench_verdict_shows_the_main_case_and_names_the_others():
+    missed = _bench(all_met=False, dtype="bfloat16")
+    missed["targets"][0] |= {"value": 0.55, "met": False}
+    cases = {"fp32": _bench(), "bf16_cols4100": missed, "offset1": _bench()}
+    assert bench_verdict(cases, True) == (
+        False,
+        "op_a 0.91 op_b 0.78 of copy (targets met; bf16_cols4100 targets missed: "
+        "op_a bandwidth / copy >= 0.8: 0.55; offset1 targets met)",
+    )
+    cases["bf16_cols4100"] = _bench()
+    assert bench_verdict(cases, True) == (
+        True,
+        "op_a 0.91 op_b 0.78 of copy (targets met; bf16_cols4100 targets met; offset1 targets met)",
+    )
+    # A case bench.py failed on (an --offset it does not know yet, say) fails the step.
+    cases["offset1"] = "bench.py exit 2"
+    assert bench_verdict(cases, True) == (
+        False,
+        "op_a 0.91 op_b 0.78 of copy (targets met; bf16_cols4100 targets met; "
+        "offset1 bench.py exit 2)",
+    )
+    assert bench_verdict({"fp32": "bench.py exit 1", "offset1": _bench()}, True) == (
+        False,
+        "fp32 (bench.py exit 1; offset1 targets met)",
+    )
+
+
+def _toolkit(root: Path, version: str, cudart: str | None = None, log: Path | None = None):
+    """A fake CUDA toolkit: bin/nvcc prints version (and logs its arguments to log)."""
+    (root / "bin").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / "include/cuda_runtime.h").write_text("")
+    record = f'echo "$*" >> {log}\n' if log else ""
+    nvcc = root / "bin/nvcc"
+    nvcc.write_text(
+        f"#!/bin/sh\n{record}echo 'Cuda compilation tools, release {version}, V{version}.7'\n"
+    )
+    nvcc.chmod(0o755)
+    if cudart:
+        (root / "lib64").mkdir()
+        (root / "lib64" / cudart).write_text("")
+    return root
+
+
+def _find(warnings: list[str] | None = None, **env) -> tuple[Path | None, str | None]:
+    default, sites = env.pop("default"), env.pop("sites")
+    return cuda_toolkit.find_root(
+        [] if warnings is None else warnings, env=env, default_root=default, site_packages=sites
+    )
+
+
+def test_toolkit_search_order(tmp_path):
+    home, path_tk = _toolkit(tmp_path / "home", "13.0"), _toolkit(tmp_path / "on_path", "12.9")
+    default = _toolkit(tmp_path / "usr_local_cuda", "12.8")
+    site = tmp_path / "site-packages"
+    wheel = _toolkit(site / "nvidia/cu13", "13.1")
+    empty = tmp_path / "empty_bin"
+    empty.mkdir()
+    on_path = f"{empty}{os.pathsep}{path_tk / 'bin'}"
+    common = {"default": default, "sites": [tmp_path / "other", site]}
+    assert _find(CUDA_HOME=str(home), PATH=on_path, **common) == (home, "$CUDA_HOME")
+    assert _find(PATH=on_path, **common) == (path_tk, "nvcc on PATH")
+    assert _find(PATH=str(empty), **common) == (default, str(default))
+    common["default"] = tmp_path / "no_such_cuda"
+    assert _find(PATH=str(empty), **common) == (wheel, f"nvidia-cuda-nvcc wheel in {site}")
+    common["sites"] = [tmp_path / "other"]
+    assert _find(PATH=str(empty), **common) == (None, None)
+
+
+def test_toolkit_search_details(tmp_path):
+    real = _toolkit(tmp_path / "cuda-12.9", "12.9")
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / "nvcc").symlink_to(real / "bin/nvcc")
+    site = tmp_path / "site-packages"
+    old_wheel = _toolkit(site / "nvidia/cuda_nvcc", "12.8")
+    common = {"default": tmp_path / "none", "sites": [site]}
+    # nvcc on PATH as a symlink: the toolkit it points into.
+    assert _find(PATH=str(links), **common) == (real, "nvcc on PATH")
+    # $CUDA_HOME without bin/nvcc: a warning, and the search goes on.
+    warnings: list[str] = []
+    assert _find(warnings, CUDA_HOME=str(tmp_path / "none"), PATH="", **common)[0] == old_wheel
+    assert warnings == [f"$CUDA_HOME={tmp_path / 'none'} has no bin/nvcc; looking elsewhere"]
+    # The CUDA 13 wheel's layout wins over the older one, the newest cu<N> first.
+    cu12, cu13 = _toolkit(site / "nvidia/cu12", "12.9"), _toolkit(site / "nvidia/cu13", "13.0")
+    assert _find(PATH="", **common)[0] == cu13
+    shutil.rmtree(cu13)
+    assert _find(PATH="", **common)[0] == cu12
+
+
+def test_toolkit_script_takes_site_packages_and_default_root(tmp_path):
+    site = tmp_path / "site-packages"
+    wheel = _toolkit(site / "nvidia/cu13", "13.1")
+    cmd = [sys.executable, str(ROOT / "tools/cuda/private/cuda_toolkit.py")]
+    cmd += ["--default-root", str(tmp_path / "none"), "--site-packages", str(site)]
+    env = {"PATH": str(tmp_path)}  # no nvcc there, no $CUDA_HOME
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)
+    info = json.loads(proc.stdout)
+    assert (info["root"], info["version"]) == (str(wheel), "13.1")
+    assert info["nvcc"] == str(wheel / "bin/nvcc")
+
+
+def _lib(path: Path, target: str | None = None) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if target:
+        (path.parent / target).write_text("")
+        path.symlink_to(target)
+    else:
+        path.write_text("")
+    return path
+
+
+def test_cudart_versions_and_where_they_are_found(tmp_path):
+    assert cudart_major(_lib(tmp_path / "a/libcudart.so.13")) == 13
+    assert cudart_major(_lib(tmp_path / "b/libcudart.so.12.8.90")) == 12
+    assert cudart_major(_lib(tmp_path / "c/libcudart.so", "libcudart.so.11.8.89")) == 11
+    assert cudart_major(_lib(tmp_path / "d/libcudart.so")) is None
+    root = tmp_path / "cuda"
+    target = _lib(root / "targets/x86_64-linux/lib/libcudart.so.13")
+    assert toolkit_cudarts(root) == [target]
+    lib64 = _lib(root / "lib64/libcudart.so", "libcudart.so.13.0.96")
+    assert toolkit_cudarts(root)[:2] == [root / "lib64/libcudart.so.13.0.96", lib64]
+    site = tmp_path / "site"
+    old = _lib(site / "nvidia/cuda_runtime/lib/libcudart.so.12")
+    cu13 = _lib(site / "nvidia/cu13/lib/libcudart.so.13")
+    cu12 = _lib(site / "nvidia/cu12/lib/libcudart.so.12")
+    assert wheel_cudarts([tmp_path / "nothing", site]) == [cu13, cu12, old]
+
+
+def test_cudart_choice_and_warning(tmp_path):
+    w12, w13 = _lib(tmp_path / "w12/libcudart.so.12"), _lib(tmp_path / "w13/libcudart.so.13")
+    t13, t12 = _lib(tmp_path / "t13/libcudart.so.13"), _lib(tmp_path / "t12/libcudart.so.12")
+    # torch's cudart as new as nvcc: it, and no warning.
+    for nvcc, wheel, toolkit in [("13.0", w13, t13), ("12.8", w12, t13), ("12.4", w13, t12)]:
+        c = choose_cudart(nvcc, [wheel], [toolkit])
+        assert (c.path, c.warning) == (wheel, None)
+    # No wheel (a torch without them): the toolkit's, and nothing to compare with.
+    assert (choose_cudart("13.0", [], [t13]).path, choose_cudart("13.0", [], [t13]).warning) == (
+        t13,
+        None,
+    )
+    # nvcc 13, torch's cudart 12: the toolkit's 13 if there is one, and one warning line.
+    c = choose_cudart("13.0", [w12], [t12, t13])
+    assert c.path == t13
+    assert c.warning.startswith("WARNING: nvcc 13.0 is newer than torch's cudart (libcudart.so.12)")
+    assert "__cudaLaunchKernel" in c.warning and str(t13) in c.warning and "\n" not in c.warning
+    c = choose_cudart("13.1", [w12], [t12])
+    assert c.path == w12
+    assert c.warning.startswith("WARNING: nvcc 13.1 is newer than torch's cudart")
+    assert "will not load" in c.warning
+    assert choose_cudart("13.0", [], []).path is None
+
+
+def test_the_toolkit_found_is_every_childs_cuda_home(tmp_path, monkeypatch):
+    # As the build step finds it, outside a dry run: summary facts and the children's env.
+    home = _toolkit(tmp_path / "home", "12.9", cudart="libcudart.so.12")
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    (tmp_path / "work").mkdir()
+    args = argparse.Namespace(cpu_only=False, budget=60.0, out_dir=tmp_path, nvcc_arch="native")
+    run = Run(args, tmp_path / "work")
+    import torch
+
+    tk, cudart = find_toolkit(run, Path(torch.__file__).resolve().parent)
+    assert (tk["root"], tk["version"], tk["how"]) == (str(home), "12.9", "$CUDA_HOME")
+    assert cudart.path is not None
+    run.lib = tmp_path / "work/libmy_ops.so"
+    env = run.child_env()
+    assert env["CUDA_HOME"] == str(home)
+    assert env["PATH"].split(os.pathsep)[0] == str(home / "bin")
+    run.write_summary(final=False)
+    facts = json.loads((tmp_path / "summary.json").read_text())["environment"]
+    assert facts["cuda_toolkit"]["root"] == str(home)
+    assert facts["cuda_toolkit"]["nvcc"] == str(home / "bin/nvcc")
+    assert facts["cuda_toolkit"]["version"] == "12.9"
+    assert facts["cudart"]["path"] == str(cudart.path)
+
+
+def _run(*args: str, timeout: float = 60, **env_vars: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **env_vars)
     return subprocess.run(
         [sys.executable, str(SCRIPT), *args],
         capture_output=True,
@@ -166,6 +360,95 @@ def test_help_documents_steps_outputs_and_exit_status():
     assert "0 PASS, 1 FAIL, 2 bad usage" in proc.stdout
 
 
+def _dry_run(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """The script's --dry-run with its work folder under a fresh tmp_path/tmp."""
+    (tmp_path / "tmp").mkdir()
+    env.setdefault("CUDA_PATH", "")
+    out = tmp_path / "out"
+    proc = _run(str(out), "--dry-run", *args, TEST_TMPDIR=str(tmp_path / "tmp"), **env)
+    print(proc.stdout, proc.stderr, sep="\n")
+    # Nothing written: no OUT_DIR, and the work folder is gone.
+    assert not out.exists() and not any((tmp_path / "tmp").iterdir())
+    return proc, out
+
+
+def _commands(stdout: str) -> dict[str, list[str]]:
+    """The dry run's commands by step: "step:" lines, each followed by "  $ command" lines."""
+    steps: dict[str, list[str]] = {}
+    for line in stdout.splitlines():
+        if re.fullmatch(r"\w+:", line):
+            steps[line[:-1]] = []
+        elif line.startswith("  $ "):
+            steps[list(steps)[-1]].append(line[4:])
+    return steps
+
+
+def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path):
+    log = tmp_path / "nvcc_calls"
+    home = _toolkit(tmp_path / "cuda", "13.2", cudart="libcudart.so.13", log=log)
+    proc, _ = _dry_run(tmp_path, CUDA_HOME=str(home))
+    assert proc.returncode == 0, proc.stderr
+    steps = _commands(proc.stdout)
+    assert list(steps) == ["build", "tests", "export", "loader", "bench"]
+    # Every command, compiles included, runs with the toolkit as $CUDA_HOME.
+    for cmd in sum(steps.values(), []):
+        assert cmd.startswith(f"CUDA_HOME={home} "), cmd
+    nvcc = [c for c in steps["build"] if f" {home}/bin/nvcc " in f" {c}"]
+    cu = sorted(f for f in _bazel_srcs() if f.endswith(".cu"))
+    assert sorted(re.search(rf" -c {ROOT}/(\S+) ", c).group(1) for c in nvcc) == cu
+    cpp = [f for f in _bazel_srcs() if f.endswith(".cpp")]
+    assert sum(bool(re.search(r" -c \S+\.cpp -o ", c)) for c in steps["build"]) == len(cpp)
+    link = [c for c in steps["build"] if " -shared " in c]
+    assert len(link) == 1 and link[0].endswith(" -l:libcudart.so.13")
+    assert any("deploy/loader/main.cpp" in c for c in steps["build"])
+    assert "MY_OPS_TEST_DEVICES=cuda " in steps["tests"][0] and " -m pytest " in steps["tests"][0]
+    assert " deploy/export.py --device cuda " in steps["export"][0]
+    assert sum("/loader --ops " in c for c in steps["loader"]) == 2
+    bench = steps["bench"]
+    assert len(bench) == 3 and all(" ops/bench.py --device cuda " in c for c in bench)
+    assert " --rows 65536 --cols 1024 " in bench[0]
+    assert " --cols 4100 --dtype bfloat16 " in bench[1] and " --offset 1 " in bench[2]
+    assert f"toolkit: CUDA 13.2 at {home} (found: $CUDA_HOME)" in proc.stdout
+    assert "WARNING" not in proc.stdout
+    assert proc.stdout.splitlines()[-1].startswith("gpu_check: DRY RUN ")
+    # nvcc was only asked its version: nothing compiled.
+    assert log.read_text().splitlines() == ["--version"]
+
+
+def test_dry_run_warns_once_and_links_the_toolkits_cudart_when_nvcc_is_newer(tmp_path):
+    # The locked torch's wheel has libcudart.so.13; this nvcc's objects would need 14's.
+    home = _toolkit(tmp_path / "cuda", "14.0", cudart="libcudart.so.14")
+    proc, _ = _dry_run(tmp_path, CUDA_HOME=str(home))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    warnings = [i for i, line in enumerate(lines) if "WARNING" in line]
+    assert len(warnings) == 1 and warnings[0] < lines.index("build:")
+    assert "nvcc 14.0 is newer than torch's cudart (libcudart.so.13)" in lines[warnings[0]]
+    link = [c for c in _commands(proc.stdout)["build"] if " -shared " in c][0]
+    assert link.endswith(f" -L{home}/lib64 -Wl,-rpath,{home}/lib64 -l:libcudart.so.14")
+
+
+def test_dry_run_without_a_toolkit_fails_with_one_line(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    cxx = shutil.which("g++")
+    assert cxx, "the test needs g++"
+    env = {"PATH": str(empty), "CXX": cxx, "CUDA_HOME": ""}
+    env["GPU_CHECK_DEFAULT_CUDA_ROOT"] = str(tmp_path / "no_cuda")
+    proc, _ = _dry_run(tmp_path, **env)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("gpu_check: dry run: cannot plan build: no CUDA toolkit")
+    assert proc.stderr.count("\n") == 1 and "--cpu-only" in proc.stderr
+    assert "DRY RUN" not in proc.stdout
+    # With --cpu-only it needs none.
+    (tmp_path / "tmp").rmdir()
+    proc, _ = _dry_run(tmp_path, "--cpu-only", **env)
+    assert proc.returncode == 0, proc.stderr
+    steps = _commands(proc.stdout)
+    assert not any("nvcc" in c for c in sum(steps.values(), []))
+    assert len(steps["bench"]) == 1 and " --device cpu " in steps["bench"][0]
+
+
 def test_cpu_only_run_passes_every_step():
     # Kept by Bazel (test.outputs/outputs.zip), for a look at the logs after a failure.
     out = Path(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or SCRATCH) / "gpu_check"
@@ -178,7 +461,8 @@ def test_cpu_only_run_passes_every_step():
     assert f"repo {ROOT}," in proc.stdout
     assert re.match(
         r"gpu_check: PASS build=ok tests=[1-9]\d* passed/0 failed.* \(subset\) export=ok "
-        r"aoti_parity=ok loader_parity=ok bench=(\w+ [\d.]+ )+of copy \(cpu, targets not checked\)",
+        r"aoti_parity=ok loader_parity=ok bench=([\w.]+ [\d.]+ )+of copy "
+        r"\(cpu, targets not checked\)",
         verdict,
     ), verdict
     assert (out / "verdict.txt").read_text().strip() == verdict
@@ -194,7 +478,7 @@ def test_cpu_only_run_passes_every_step():
     # Each C++ source of the Bazel target was compiled, and no nvcc ran.
     compiled = sorted(summary["steps"]["build"]["facts"]["compile_s"])
     assert compiled == [f for f in _bazel_srcs() if f.endswith(".cpp")]
-    assert not re.search(r"^\$ \S*nvcc", (out / "build.log").read_text(), re.MULTILINE)
+    assert not re.search(r"^\$ (\S+=\S* )*\S*nvcc ", (out / "build.log").read_text(), re.MULTILINE)
     assert summary["steps"]["tests"]["facts"]["partial"] == ["subset"]
     assert summary["steps"]["bench"]["facts"]["rows"]
 

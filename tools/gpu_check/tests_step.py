@@ -27,9 +27,10 @@ def pytest_counts(text: str) -> dict[str, int]:
     return counts
 
 
-def step_tests(run: Run, step: Step) -> None:
+def plan_tests(run: Run) -> tuple[list[str], dict[str, str], list[str]]:
+    """pytest's command and environment, and what part of the suite it leaves out."""
     if importlib.util.find_spec("pytest") is None:
-        return run.fail(step, "pytest not installed")
+        raise RuntimeError("pytest not installed")
     # Named devices are a demand: the suite fails, rather than skips, where one is missing.
     device = "cpu" if run.args.cpu_only else "cuda"
     env = run.child_env() | {"MY_OPS_TEST_DEVICES": device}
@@ -37,20 +38,28 @@ def step_tests(run: Run, step: Step) -> None:
     cmd.append("--durations=5")
     partial = []  # shown in the verdict, so that a PASS over part of the suite says so
     if importlib.util.find_spec("hypothesis") is None:
-        stub = run.work / "hypothesis_stub/hypothesis"
-        stub.mkdir(parents=True, exist_ok=True)
-        (stub / "__init__.py").write_text(_HYPOTHESIS_STUB)
-        env["PYTHONPATH"] += os.pathsep + str(stub.parent)
+        env["PYTHONPATH"] += os.pathsep + str(run.work / "hypothesis_stub")
         cmd.append("--ignore=python/tests/test_properties.py")
         partial.append("hypothesis missing: its tests skipped")
     if run.args.tests_subset:
         cmd += ["-k", run.args.tests_subset]
         partial.append("subset")
+    return cmd, env, partial
+
+
+def step_tests(run: Run, step: Step) -> None:
+    if importlib.util.find_spec("pytest") is None:
+        return run.fail(step, "pytest not installed")
+    cmd, env, partial = plan_tests(run)
+    if importlib.util.find_spec("hypothesis") is None:
+        stub = run.work / "hypothesis_stub/hypothesis"
+        stub.mkdir(parents=True, exist_ok=True)
+        (stub / "__init__.py").write_text(_HYPOTHESIS_STUB)
     for note in partial:
         run.say(f"note: {note}")
     job = run.run(cmd, run.log(step), env)
     c = pytest_counts(job.output)
-    step.facts.update(c, device=device, partial=partial, exit_status=job.rc)
+    step.facts.update(c, device=env["MY_OPS_TEST_DEVICES"], partial=partial, exit_status=job.rc)
     shown = f"{c['passed']} passed/{c['failed'] + c['errors']} failed"
     shown += f"/{c['skipped']} skipped" if c["skipped"] else ""
     shown += f" ({', '.join(partial)})" if partial else ""

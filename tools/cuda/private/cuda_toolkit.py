@@ -1,6 +1,10 @@
 """Finds the CUDA toolkit on this machine and writes the rsqrt header overlay where it needs one.
 
-usage: cuda_toolkit.py [--overlay DIR]
+usage: cuda_toolkit.py [--overlay DIR] [--site-packages DIR ...] [--default-root DIR]
+
+Search order: $CUDA_PATH, $CUDA_HOME, nvcc on PATH, --default-root (/usr/local/cuda), then
+the nvidia-cuda-nvcc wheel (nvidia/cu<N>/bin/nvcc, or nvidia/cuda_nvcc/bin/nvcc as older
+wheels lay it out) in each --site-packages DIR, if any are given.
 
 Prints one JSON object: root (null without a toolkit), how it was found, nvcc, version, the
 host's glibc, overlay (DIR, or null when this nvcc needs none), overlay_min_glibc,
@@ -19,6 +23,7 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 # glibc 2.42 declares rsqrt/rsqrtf noexcept in <math.h>; CUDA 13.0's crt/math_functions.h
@@ -26,6 +31,7 @@ from pathlib import Path
 # depends on the C++ toolchain (a sysroot's or the host's), so the overlay is written for
 # every CUDA 13.0 and each build uses it only where that glibc is at least this.
 OVERLAY_MIN_GLIBC = "2.42"
+DEFAULT_ROOT = Path("/usr/local/cuda")
 _OVERLAY_VERSIONS = ("13.0",)
 _RSQRT_DECLS = {
     "double rsqrt(double a)": ");",
@@ -36,7 +42,12 @@ _RSQRT_DECLS = {
 
 
 def _nvcc_top(nvcc: str) -> Path | None:
-    # nvcc on PATH may be a symlink or a wrapper script; its dry run names its real bin dir.
+    """The toolkit whose bin/ holds nvcc: the folder above it (as named, then with symlinks
+    resolved) when it has include/cuda_runtime.h, else where nvcc's dry run says it lives
+    (nvcc on PATH may be a wrapper script)."""
+    for bin_nvcc in (Path(os.path.abspath(nvcc)), Path(nvcc).resolve()):
+        if (bin_nvcc.parent.parent / "include/cuda_runtime.h").exists():
+            return bin_nvcc.parent.parent
     try:
         out = subprocess.run([nvcc, "--dryrun", "--version"], capture_output=True, text=True)
     except OSError:
@@ -49,20 +60,41 @@ def _nvcc_top(nvcc: str) -> Path | None:
     return None
 
 
-def find_root(warnings: list[str]) -> tuple[Path | None, str | None]:
-    """The toolkit: $CUDA_PATH, $CUDA_HOME, nvcc on PATH, then /usr/local/cuda."""
+def _wheel_nvcc(site_packages: Path) -> Path | None:
+    """The nvidia-cuda-nvcc wheel's toolkit in site_packages: nvidia/cu<N> (the newest N),
+    else nvidia/cuda_nvcc."""
+    tops = sorted(
+        (d for d in site_packages.glob("nvidia/cu*") if re.fullmatch(r"cu\d+", d.name)),
+        key=lambda d: -int(d.name[2:]),
+    )
+    tops.append(site_packages / "nvidia/cuda_nvcc")
+    return next((top for top in tops if (top / "bin/nvcc").is_file()), None)
+
+
+def find_root(
+    warnings: list[str],
+    env: Mapping[str, str] = os.environ,
+    default_root: Path = DEFAULT_ROOT,
+    site_packages: Sequence[Path] = (),
+) -> tuple[Path | None, str | None]:
+    """The toolkit: $CUDA_PATH, $CUDA_HOME, nvcc on PATH, default_root, then the
+    nvidia-cuda-nvcc wheel in site_packages."""
     for var in ("CUDA_PATH", "CUDA_HOME"):
-        value = os.environ.get(var)
+        value = env.get(var)
         if value and (Path(value) / "bin/nvcc").exists():
             return Path(value), "$" + var
         if value:
             warnings.append(f"${var}={value} has no bin/nvcc; looking elsewhere")
-    nvcc = shutil.which("nvcc")
+    nvcc = shutil.which("nvcc", path=env.get("PATH", os.defpath))
     top = _nvcc_top(nvcc) if nvcc else None
     if top:
         return top, "nvcc on PATH"
-    if Path("/usr/local/cuda/bin/nvcc").exists():
-        return Path("/usr/local/cuda"), "/usr/local/cuda"
+    if (default_root / "bin/nvcc").exists():
+        return default_root, str(default_root)
+    for sp in site_packages:
+        top = _wheel_nvcc(sp)
+        if top:
+            return top, f"nvidia-cuda-nvcc wheel in {sp}"
     return None, None
 
 
@@ -112,9 +144,22 @@ def write_rsqrt_overlay(include_dir: Path, overlay: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--overlay", type=Path, help="where to write the overlay, if nvcc needs one")
+    p.add_argument(
+        "--site-packages",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="look for the nvidia-cuda-nvcc wheel here, last (repeatable)",
+    )
+    p.add_argument(
+        "--default-root", type=Path, default=DEFAULT_ROOT, help=f"default: {DEFAULT_ROOT}"
+    )
     args = p.parse_args(argv)
     warnings: list[str] = []
-    root, how = find_root(warnings)
+    root, how = find_root(
+        warnings, default_root=args.default_root, site_packages=args.site_packages
+    )
     info = {"root": None, "how": None, "nvcc": None, "version": None, "overlay": None}
     if root is not None:
         nvcc = root / "bin/nvcc"
