@@ -1,14 +1,16 @@
 """Benchmark the my_ops kernels against eager and torch.compile'd ATen compositions.
 
-For every op of the registry (``my_ops.ops.SPECS``) it reports the median time of our
-kernel, of the op's eager composition (``spec.eager``) and of ``torch.compile`` of the same
-composition (compile time measured separately, after warm-up), plus effective bandwidth,
-(bytes read + bytes written) / time, relative to ``torch.clone`` of the same tensor (2 *
-bytes / time) measured in the same run. The targets come from each op's spec
-(``spec.bench``, per device type).
+For every op of the registry (``my_ops.ops.SPECS``), and for ``RMSNorm.forward`` (the
+custom class's residual-free path), it reports the median time of our kernel, of the
+eager composition (``spec.eager``) and of ``torch.compile`` of the same composition
+(compile time measured separately, after warm-up), plus effective bandwidth, (bytes read +
+bytes written) / time, relative to ``torch.clone`` of the same tensor (2 * bytes / time)
+measured in the same run. The targets come from each op's spec (``spec.bench``, per device
+type) and, for the class, from ``my_ops.nn.BENCH``.
 
     bazel run //ops:bench -- --rows 16384 --cols 1024 --device cpu
-    bazel run //ops:bench -- --ops fused_bias_gelu --json /tmp/bench.json
+    bazel run //ops:bench -- --ops fused_bias_gelu,RMSNorm.forward --json /tmp/bench.json
+    bazel run //ops:bench -- --dtype bfloat16 --cols 4100 --offset 1   # unaligned rows
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,57 @@ DTYPES = {
     "bfloat16": torch.bfloat16,
     "float64": torch.float64,
 }
+
+
+@dataclass(frozen=True)
+class Subject:
+    """What one group of rows measures: ours and its eager composition, on the same args."""
+
+    name: str
+    ours: Callable
+    eager: Callable
+    make_args: Callable  # (shape, dtype, device, generator) -> args
+    bench: Mapping  # device type -> my_ops.ops._spec.BenchTargets
+    primaries: tuple[int, ...]  # the args shaped like the primary input (see --offset)
+
+
+def op_subject(spec) -> Subject:
+    shaped = (my_ops.ops._spec.Primary, my_ops.ops._spec.LikePrimary)
+    roles = list(spec.arguments.values())
+    primaries = tuple(i for i, role in enumerate(roles) if isinstance(role, shaped))
+    return Subject(spec.name, spec.wrapper, spec.eager, spec.example_args, spec.bench, primaries)
+
+
+def _class_args(shape, dtype, device, generator):
+    weight = torch.randn(shape[-1:], generator=generator).to(device=device, dtype=dtype)
+    x = torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
+    return my_ops.RMSNorm(weight).to(device), x
+
+
+def _class_eager(module, x):
+    return my_ops.ops.rms_norm.eager(x, module.weight, module.eps)
+
+
+# RMSNorm.forward runs the residual-free kernel through the TorchBind object, as an exported
+# model calls it.
+CLASS_SUBJECT = Subject(
+    "RMSNorm.forward",
+    lambda module, x: module.rms_norm.forward(x),
+    _class_eager,
+    _class_args,
+    my_ops.nn.BENCH,
+    (1,),
+)
+SUBJECTS = {name: op_subject(spec) for name, spec in my_ops.ops.SPECS.items()}
+SUBJECTS[CLASS_SUBJECT.name] = CLASS_SUBJECT
+
+
+def at_offset(t: torch.Tensor, offset: int) -> torch.Tensor:
+    """A copy of ``t`` laid out contiguously ``offset`` elements into a larger storage."""
+    storage = torch.empty(t.numel() + offset, dtype=t.dtype, device=t.device)
+    view = storage[offset:].view(t.shape)
+    view.copy_(t)
+    return view
 
 
 @dataclass
@@ -115,31 +168,34 @@ def _nbytes(args: tuple, outputs) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def bench_device(args, device: torch.device, specs) -> tuple[list[Result], float]:
+def bench_device(args, device: torch.device, subjects) -> tuple[list[Result], float]:
     dtype = DTYPES[args.dtype]
     g = torch.Generator().manual_seed(0)
     x = torch.randn(args.rows, args.cols, generator=g).to(device=device, dtype=dtype)
     results: list[Result] = []
     clone_ms: list[float] = []
-    for spec in specs:
-        op_args = spec.example_args((args.rows, args.cols), dtype, device, g)
-        ours = spec.wrapper(*op_args)
-        _check_same(spec.name, ours, spec.eager(*op_args), dtype)
+    for subject in subjects:
+        op_args = list(subject.make_args((args.rows, args.cols), dtype, device, g))
+        for i in subject.primaries if args.offset else ():
+            op_args[i] = at_offset(op_args[i], args.offset)
+        op_args = tuple(op_args)
+        ours = subject.ours(*op_args)
+        _check_same(subject.name, ours, subject.eager(*op_args), dtype)
         nbytes = _nbytes(op_args, ours)
         candidates = {
-            "my_ops": (spec.wrapper, op_args),
-            "eager": (spec.eager, op_args),
+            "my_ops": (subject.ours, op_args),
+            "eager": (subject.eager, op_args),
             "torch.clone": (torch.clone, (x,)),
         }
         compile_s = None
         if not args.no_compile:
-            compiled, compile_s = compile_and_time(spec.eager, op_args, device)
+            compiled, compile_s = compile_and_time(subject.eager, op_args, device)
             candidates["compiled"] = (compiled, op_args)
         ms = time_interleaved_ms(candidates, device, args.iters, args.warmup)
         clone_ms.append(ms.pop("torch.clone"))
         for impl, t in ms.items():
             compile_time = compile_s if impl == "compiled" else None
-            results.append(Result(spec.name, impl, t, nbytes, compile_time))
+            results.append(Result(subject.name, impl, t, nbytes, compile_time))
     # Clone runs interleaved with every op; the fastest of its medians is the (conservative)
     # bandwidth reference.
     results.insert(
@@ -172,15 +228,18 @@ def print_table(device: torch.device, results: list[Result], clone_gbps: float) 
     return by_key
 
 
-def check_targets(device: torch.device, specs, by_key: dict, clone_gbps: float) -> list[dict]:
-    """Each op's targets for this device type (its spec's ``bench``), measured."""
+def check_targets(device: torch.device, subjects, by_key: dict, clone_gbps: float) -> list[dict]:
+    """Each subject's targets for this device type (its spec's ``bench``), measured."""
     checks = []
-    for spec in specs:
-        targets = spec.bench.get(device.type)
-        ours = by_key[(spec.name, "my_ops")]
+    for subject in subjects:
+        targets = subject.bench.get(device.type)
+        ours = by_key[(subject.name, "my_ops")]
         if targets is None:
             continue
-        eager, compiled = by_key.get((spec.name, "eager")), by_key.get((spec.name, "compiled"))
+        eager, compiled = (
+            by_key.get((subject.name, "eager")),
+            by_key.get((subject.name, "compiled")),
+        )
         measured = [
             ("time vs eager", targets.min_vs_eager, eager and eager.ms / ours.ms, ">="),
             (
@@ -201,7 +260,7 @@ def check_targets(device: torch.device, specs, by_key: dict, clone_gbps: float) 
                 continue  # not a target here, or its baseline was not run (--no-compile)
             met = value >= target if sense == ">=" else value <= target
             checks.append(
-                {"op": spec.name, "what": f"{what} {sense} {target}", "value": value, "met": met}
+                {"op": subject.name, "what": f"{what} {sense} {target}", "value": value, "met": met}
             )
     print("targets:")
     for c in checks:
@@ -217,6 +276,14 @@ def parse_args(argv=None):
     p.add_argument("--cols", type=int, default=1024)
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     p.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        metavar="N",
+        help="lay each input shaped like the primary out N elements into its storage, so\n"
+        "rows are not 16-byte aligned (CUDA kernels' per-row head/tail path)",
+    )
+    p.add_argument(
         "--device",
         choices=["all", "cpu", "cuda"],
         default="all",
@@ -227,8 +294,8 @@ def parse_args(argv=None):
     p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads for CPU")
     p.add_argument(
         "--ops",
-        default=",".join(my_ops.ops.SPECS),
-        help="comma-separated op names (default: every op of the library)",
+        default=",".join(SUBJECTS),
+        help="comma-separated op names, or RMSNorm.forward (default: all of them)",
     )
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
     p.add_argument(
@@ -260,15 +327,18 @@ def main(argv=None) -> int:
         print("CUDA requested but not available", file=sys.stderr)
         return 2
     print(
-        f"my_ops bench: {args.rows}x{args.cols} {args.dtype}, iters={args.iters}, "
-        f"warmup={args.warmup}, cpu threads={torch.get_num_threads()}, torch {torch.__version__}, "
-        f"library {my_ops.loaded_path()}"
+        f"my_ops bench: {args.rows}x{args.cols} {args.dtype}, offset {args.offset}, "
+        f"iters={args.iters}, warmup={args.warmup}, cpu threads={torch.get_num_threads()}, "
+        f"torch {torch.__version__}, library {my_ops.loaded_path()}"
     )
-    unknown = sorted(set(names) - set(my_ops.ops.SPECS))
+    unknown = sorted(set(names) - set(SUBJECTS))
     if unknown:
         print(f"bench: error: --ops: no op {', '.join(unknown)}", file=sys.stderr)
         return 2
-    specs = [my_ops.ops.SPECS[n] for n in names]
+    if args.offset < 0:
+        print(f"bench: error: --offset: expected N >= 0, got {args.offset}", file=sys.stderr)
+        return 2
+    subjects = [SUBJECTS[n] for n in names]
     if args.json and len(devices) != 1:
         print("bench: error: --json needs one --device (cpu or cuda)", file=sys.stderr)
         return 2
@@ -277,9 +347,9 @@ def main(argv=None) -> int:
         device = torch.device(name)
         if device.type == "cuda":
             print(f"cuda device: {torch.cuda.get_device_name(device)}")
-        results, clone_gbps = bench_device(args, device, specs)
+        results, clone_gbps = bench_device(args, device, subjects)
         by_key = print_table(device, results, clone_gbps)
-        checks = check_targets(device, specs, by_key, clone_gbps)
+        checks = check_targets(device, subjects, by_key, clone_gbps)
         all_met &= all(c["met"] for c in checks)
         if args.json:
             _write_json(args, device, results, clone_gbps, checks)
@@ -291,6 +361,7 @@ def _write_json(args, device, results, clone_gbps, checks) -> None:
         "device": device.type,
         "shape": [args.rows, args.cols],
         "dtype": args.dtype,
+        "offset": args.offset,
         "clone_gbps": clone_gbps,
         "rows": [
             {

@@ -4,7 +4,7 @@
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
-#include "ops/rms_norm_class/rms_norm.h"
+#include "ops/rms_norm_class/rms_norm_class.h"
 
 TORCH_LIBRARY(my_ops, m) {
   m.set_python_module("my_ops");  // First, so that errors on a missing fake say "import my_ops".
@@ -12,6 +12,7 @@ TORCH_LIBRARY(my_ops, m) {
   // clang-format off
   m.def("identity_conv_op(Tensor x) -> Tensor");
   m.def("fused_bias_gelu(Tensor x, Tensor bias, str approximate=\"none\") -> Tensor");
+  m.def("rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor");
   m.def("fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-6) -> (Tensor, Tensor)");
   m.def("silu_and_mul(Tensor x) -> Tensor");
   // clang-format on

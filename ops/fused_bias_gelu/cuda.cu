@@ -28,15 +28,21 @@ __device__ __forceinline__ acc_t gelu(acc_t v) {
   }
 }
 
-// out[i] = gelu(x[i] + bias[i % row_length]) over contiguous x, kPackSize elements at a time.
-// Requires row_length % kPackSize == 0 and pack-aligned pointers, so a pack never straddles two
-// rows and the matching bias elements form a pack too. x + bias is formed in acc_t and never
-// rounded to scalar_t before the gelu.
-template <typename scalar_t, int kPackSize, GeluApproximation kApprox>
-__global__ void bias_gelu_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ bias,
-                                 scalar_t* __restrict__ out, int64_t num_packs,
-                                 int64_t packs_per_row) {
+template <typename scalar_t, GeluApproximation kApprox>
+__device__ __forceinline__ scalar_t bias_gelu(scalar_t x, scalar_t bias) {
   using acc_t = at::opmath_type<scalar_t>;
+  // x + bias is formed in acc_t and never rounded to scalar_t before the gelu.
+  return static_cast<scalar_t>(gelu<kApprox>(static_cast<acc_t>(x) + static_cast<acc_t>(bias)));
+}
+
+// The fast path: out[i] = gelu(x[i] + bias[i % row_length]) over contiguous x as one flat range of
+// packs. Requires row_length % kPackSize == 0 and pack-aligned pointers, so a pack never straddles
+// two rows and the matching bias elements form a pack too; rows of any length stay cheap.
+template <typename scalar_t, GeluApproximation kApprox>
+__global__ void __launch_bounds__(kThreads)
+    bias_gelu_flat_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ bias,
+                          scalar_t* __restrict__ out, int64_t num_packs, int64_t packs_per_row) {
+  constexpr int kPackSize = kWidestPack<scalar_t>;
   using PackT = Pack<scalar_t, kPackSize>;
   const PackT* x_packs = reinterpret_cast<const PackT*>(x);
   const PackT* bias_packs = reinterpret_cast<const PackT*>(bias);
@@ -54,9 +60,7 @@ __global__ void bias_gelu_kernel(const scalar_t* __restrict__ x, const scalar_t*
     PackT out_pack;
 #pragma unroll
     for (int k = 0; k < kPackSize; ++k) {
-      const acc_t v =
-          static_cast<acc_t>(x_pack.values[k]) + static_cast<acc_t>(bias_pack.values[k]);
-      out_pack.values[k] = static_cast<scalar_t>(gelu<kApprox>(v));
+      out_pack.values[k] = bias_gelu<scalar_t, kApprox>(x_pack.values[k], bias_pack.values[k]);
     }
     out_packs[p] = out_pack;
     col += col_step;
@@ -66,18 +70,57 @@ __global__ void bias_gelu_kernel(const scalar_t* __restrict__ x, const scalar_t*
   }
 }
 
-template <typename scalar_t, int kPackSize>
+// Any row length and alignment: one warp per row (grid-stride over rows). Each row is split where
+// x becomes 16-byte aligned (RowSplit); head and tail elements go one per lane, the rest as packs,
+// with bias and out packed too wherever they are aligned at the same column.
+template <typename scalar_t, GeluApproximation kApprox>
+__global__ void __launch_bounds__(kThreads)
+    bias_gelu_row_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ bias,
+                         scalar_t* __restrict__ out, int64_t rows, int64_t row_length) {
+  constexpr int kPackSize = kWidestPack<scalar_t>;
+  using PackT = Pack<scalar_t, kPackSize>;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t warps = grid_stride() / kWarpSize;
+  for (int64_t row = global_thread_index() / kWarpSize; row < rows; row += warps) {
+    const scalar_t* x_row = x + row * row_length;
+    scalar_t* out_row = out + row * row_length;
+    const RowSplit<kPackSize> split(x_row, row_length);
+    const bool bias_aligned = split.packs_aligned(bias);
+    const bool out_aligned = split.packs_aligned(out_row);
+    const int64_t edge_col = split.edge_column(lane, row_length);
+    if (edge_col >= 0) {
+      out_row[edge_col] = bias_gelu<scalar_t, kApprox>(x_row[edge_col], bias[edge_col]);
+    }
+    for (int64_t p = lane; p < split.num_packs; p += kWarpSize) {
+      const int64_t col = split.pack_column(p);
+      const PackT x_pack = load_pack<kPackSize>(x_row + col, /*aligned=*/true);
+      const PackT bias_pack = load_pack<kPackSize>(bias + col, bias_aligned);
+      PackT out_pack;
+#pragma unroll
+      for (int k = 0; k < kPackSize; ++k) {
+        out_pack.values[k] = bias_gelu<scalar_t, kApprox>(x_pack.values[k], bias_pack.values[k]);
+      }
+      store_pack<kPackSize>(out_row + col, out_pack, out_aligned);
+    }
+  }
+}
+
+template <typename scalar_t, GeluApproximation kApprox>
 void launch_bias_gelu(const scalar_t* x, const scalar_t* bias, scalar_t* out, int64_t numel,
-                      int64_t row_length, GeluApproximation approx, cudaStream_t stream) {
-  const int64_t num_packs = numel / kPackSize;
-  const int64_t packs_per_row = row_length / kPackSize;
-  const unsigned int blocks = num_blocks_for(num_packs);
-  if (approx == GeluApproximation::kNone) {
-    bias_gelu_kernel<scalar_t, kPackSize, GeluApproximation::kNone>
-        <<<blocks, kThreads, 0, stream>>>(x, bias, out, num_packs, packs_per_row);
+                      int64_t row_length, cudaStream_t stream) {
+  constexpr int kPackSize = kWidestPack<scalar_t>;
+  const bool flat = row_length % kPackSize == 0 && is_pack_aligned<scalar_t>(x, kPackSize) &&
+                    is_pack_aligned<scalar_t>(bias, kPackSize) &&
+                    is_pack_aligned<scalar_t>(out, kPackSize);
+  if (flat) {
+    const int64_t num_packs = numel / kPackSize;
+    bias_gelu_flat_kernel<scalar_t, kApprox><<<num_blocks_for(num_packs), kThreads, 0, stream>>>(
+        x, bias, out, num_packs, row_length / kPackSize);
   } else {
-    bias_gelu_kernel<scalar_t, kPackSize, GeluApproximation::kTanh>
-        <<<blocks, kThreads, 0, stream>>>(x, bias, out, num_packs, packs_per_row);
+    const int64_t rows = numel / row_length;
+    bias_gelu_row_kernel<scalar_t, kApprox>
+        <<<num_blocks_for(rows, /*items_per_block=*/kThreads / kWarpSize), kThreads, 0, stream>>>(
+            x, bias, out, rows, row_length);
   }
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
@@ -100,17 +143,12 @@ at::Tensor fused_bias_gelu_cuda(const at::Tensor& x, const at::Tensor& bias,
         const scalar_t* x_data = x_contig.const_data_ptr<scalar_t>();
         const scalar_t* bias_data = bias_contig.const_data_ptr<scalar_t>();
         scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
-        constexpr int kPackSize = kWidestPack<scalar_t>;
-        const bool packable = row_length % kPackSize == 0 &&
-                              is_pack_aligned<scalar_t>(x_data, kPackSize) &&
-                              is_pack_aligned<scalar_t>(bias_data, kPackSize) &&
-                              is_pack_aligned<scalar_t>(out_data, kPackSize);
-        if (packable) {
-          launch_bias_gelu<scalar_t, kPackSize>(x_data, bias_data, out_data, numel, row_length,
-                                                approx, stream);
+        if (approx == GeluApproximation::kNone) {
+          launch_bias_gelu<scalar_t, GeluApproximation::kNone>(x_data, bias_data, out_data, numel,
+                                                               row_length, stream);
         } else {
-          launch_bias_gelu<scalar_t, 1>(x_data, bias_data, out_data, numel, row_length, approx,
-                                        stream);
+          launch_bias_gelu<scalar_t, GeluApproximation::kTanh>(x_data, bias_data, out_data, numel,
+                                                               row_length, stream);
         }
       });
   return out;

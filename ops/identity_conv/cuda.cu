@@ -3,8 +3,11 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
-#include <torch/types.h>
+
+#include <cstdint>
+#include <limits>
 
 #include "ops/common/launch.cuh"
 #include "ops/identity_conv/identity_conv.h"
@@ -12,56 +15,174 @@
 namespace my_ops {
 namespace {
 
-// Copies an arbitrarily strided tensor into a contiguous one. `sizes` and `strides` (in elements)
-// are device arrays of length `ndim`, staged in shared memory since every element reads them.
-template <typename scalar_t>
-__global__ void strided_to_contiguous_kernel(const scalar_t* __restrict__ src,
-                                             scalar_t* __restrict__ dst,
-                                             const int64_t* __restrict__ sizes,
-                                             const int64_t* __restrict__ strides, int ndim,
-                                             int64_t numel) {
-  // [0, ndim) holds the sizes, [ndim, 2 * ndim) the strides.
-  extern __shared__ int64_t shape_and_strides[];
-  for (int d = threadIdx.x; d < ndim; d += blockDim.x) {
-    shape_and_strides[d] = sizes[d];
-    shape_and_strides[ndim + d] = strides[d];
-  }
-  __syncthreads();
+// torch's own limit for the dims of its CUDA offset calculator (MAX_DIMS in
+// ATen/cuda/detail/OffsetCalculator.cuh): what ATen's copy kernels handle without a fallback.
+constexpr int kMaxDims = 25;
 
-  for (int64_t i = global_thread_index(); i < numel; i += grid_stride()) {
-    // Peel the contiguous (row-major) index into coordinates, innermost dim first.
-    int64_t remaining = i;
-    int64_t src_offset = 0;
-    for (int d = ndim - 1; d >= 0; --d) {
-      const int64_t size = shape_and_strides[d];
-      src_offset += (remaining % size) * shape_and_strides[ndim + d];
-      remaining /= size;
+// Elements each thread moves per iteration: all of their loads are issued before the first store,
+// so a thread keeps this many independent loads in flight instead of one.
+constexpr int kElementsPerThread = 4;
+constexpr int kElementsPerBlock = kThreads * kElementsPerThread;
+
+// The source layout after merging dims, innermost dim first, strides in elements.
+//
+// It is passed to the kernel by value, so it lands in the kernel's constant parameter bank. Pinned
+// memory + a non_blocking copy would also avoid the host sync, but would still need an allocation,
+// a copy, and an event keeping the pinned buffer alive until that copy has run; by value there is
+// none of that, and a CUDA graph records the parameters by value at capture, so the op is
+// capturable (a copy from pageable memory synchronizes the host and is illegal during capture).
+// At most 2 * 25 * 8 + 8 = 408 bytes, far below the 4 KiB kernel parameter limit.
+template <typename index_t>
+struct StridedLayout {
+  int ndim;
+  index_t sizes[kMaxDims];
+  index_t strides[kMaxDims];
+};
+
+// One dim of the merged layout, as the host builds it (outermost first).
+struct MergedDim {
+  int64_t size;
+  int64_t stride;
+};
+
+// Merges dims that are contiguous with each other, so a strided tensor is walked with as few
+// div/mod steps per element as its layout allows: size-1 dims are dropped, and a dim merges into
+// the one outside it when stride[outer] == stride[inner] * size[inner]. A contiguous tensor (at
+// any storage offset) comes out as one dim of stride 1; a tensor of one element as no dims.
+c10::SmallVector<MergedDim, kMaxDims> merge_dims(const at::Tensor& x) {
+  c10::SmallVector<MergedDim, kMaxDims> merged;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    const int64_t size = x.size(d);
+    const int64_t stride = x.stride(d);
+    if (size == 1) {
+      continue;
     }
-    dst[i] = src[src_offset];
+    if (!merged.empty() && merged.back().stride == stride * size) {
+      merged.back().size *= size;
+      merged.back().stride = stride;
+    } else {
+      merged.push_back({size, stride});
+    }
   }
+  return merged;
+}
+
+// The offset, in elements from the source's first element, of element `index` of the contiguous
+// (row-major) output. The loop runs over the fixed capacity and stops at `ndim`, so it is fully
+// unrolled and every size and stride is read from the parameter bank at a static offset (as in
+// torch's OffsetCalculator), never through local memory.
+template <typename index_t>
+__device__ __forceinline__ index_t source_offset(const StridedLayout<index_t>& layout,
+                                                 index_t index) {
+  index_t offset = 0;
+#pragma unroll
+  for (int d = 0; d < kMaxDims; ++d) {
+    if (d == layout.ndim) {
+      break;
+    }
+    const index_t next = index / layout.sizes[d];
+    offset += (index - next * layout.sizes[d]) * layout.strides[d];
+    index = next;
+  }
+  return offset;
+}
+
+// Copies a strided tensor into a contiguous one. Each block takes chunks of kElementsPerBlock
+// output elements (grid-stride over chunks); within a chunk a thread handles kElementsPerThread
+// elements spaced blockDim.x apart, so every load and store instruction of a warp covers
+// consecutive outputs (coalesced stores, and coalesced loads wherever the innermost source
+// stride is small). index_t is the type of the div/mod math: unsigned, since sizes, strides and
+// offsets never are negative and unsigned division is the cheaper one, and 32-bit wherever the
+// host found that numel and every source offset fit in int32. The chunk loop stays 64-bit so that
+// its last step past numel cannot overflow.
+template <typename scalar_t, typename index_t>
+__global__ void __launch_bounds__(kThreads)
+    strided_to_contiguous_kernel(const scalar_t* __restrict__ src, scalar_t* __restrict__ dst,
+                                 const StridedLayout<index_t> layout, int64_t numel) {
+  const int64_t chunk_stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kElementsPerThread;
+  for (int64_t chunk = static_cast<int64_t>(blockIdx.x) * blockDim.x * kElementsPerThread;
+       chunk < numel; chunk += chunk_stride) {
+    const int64_t first = chunk + threadIdx.x;
+    bool in_range[kElementsPerThread];
+    index_t offsets[kElementsPerThread];
+#pragma unroll
+    for (int k = 0; k < kElementsPerThread; ++k) {
+      const int64_t i = first + static_cast<int64_t>(k) * blockDim.x;
+      in_range[k] = i < numel;
+      offsets[k] = in_range[k] ? source_offset(layout, static_cast<index_t>(i)) : index_t(0);
+    }
+    scalar_t values[kElementsPerThread];
+#pragma unroll
+    for (int k = 0; k < kElementsPerThread; ++k) {
+      if (in_range[k]) {
+        values[k] = src[offsets[k]];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kElementsPerThread; ++k) {
+      if (in_range[k]) {
+        dst[first + static_cast<int64_t>(k) * blockDim.x] = values[k];
+      }
+    }
+  }
+}
+
+template <typename scalar_t, typename index_t>
+void launch_strided_to_contiguous(const scalar_t* src, scalar_t* dst,
+                                  const c10::SmallVector<MergedDim, kMaxDims>& merged,
+                                  int64_t numel, cudaStream_t stream) {
+  StridedLayout<index_t> layout{};
+  layout.ndim = static_cast<int>(merged.size());
+  for (int d = 0; d < layout.ndim; ++d) {
+    const MergedDim& dim = merged[merged.size() - 1 - d];
+    layout.sizes[d] = static_cast<index_t>(dim.size);
+    layout.strides[d] = static_cast<index_t>(dim.stride);
+  }
+  strided_to_contiguous_kernel<scalar_t, index_t>
+      <<<num_blocks_for(numel, kElementsPerBlock), kThreads, 0, stream>>>(src, dst, layout, numel);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 at::Tensor identity_conv_cuda(const at::Tensor& x) {
   check_identity_conv_args(x);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
   const int64_t numel = x.numel();
   if (numel == 0) {
+    return at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  }
+  const c10::SmallVector<MergedDim, kMaxDims> merged = merge_dims(x);
+  if (merged.size() > static_cast<size_t>(kMaxDims)) {
+    // More non-mergeable dims than the kernel's parameters hold: ATen's CUDA copy handles any
+    // count (it splits the work itself) and is capturable too. No real model gets here.
+    return x.clone(at::MemoryFormat::Contiguous);
+  }
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  if (merged.empty() || (merged.size() == 1 && merged[0].stride == 1)) {
+    // The elements are one dense run (from the storage offset on): a device-to-device copy moves
+    // them at full bandwidth, and is as capturable as a kernel.
+    C10_CUDA_CHECK(cudaMemcpyAsync(out.mutable_data_ptr(), x.const_data_ptr(),
+                                   static_cast<size_t>(numel) * x.element_size(),
+                                   cudaMemcpyDeviceToDevice, stream));
     return out;
   }
-  const auto index_options = torch::TensorOptions().dtype(torch::kLong);
-  const at::Tensor sizes = torch::tensor(x.sizes().vec(), index_options).to(x.device());
-  const at::Tensor strides = torch::tensor(x.strides().vec(), index_options).to(x.device());
-  const int ndim = static_cast<int>(x.dim());
-  const size_t shared_bytes = 2 * static_cast<size_t>(ndim) * sizeof(int64_t);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  // Strides are never negative, so the largest source offset is the sum of (size - 1) * stride.
+  int64_t max_offset = 0;
+  for (const MergedDim& dim : merged) {
+    max_offset += (dim.size - 1) * dim.stride;
+  }
+  // torch's own bound for 32-bit indexing (can_use_32bit_indexing): int32, not uint32.
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  const bool use_32_bit_index = numel <= kInt32Max && max_offset <= kInt32Max;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "identity_conv_cuda", [&] {
-        strided_to_contiguous_kernel<scalar_t>
-            <<<num_blocks_for(numel), kThreads, shared_bytes, stream>>>(
-                x.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
-                sizes.const_data_ptr<int64_t>(), strides.const_data_ptr<int64_t>(), ndim, numel);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        const scalar_t* src = x.const_data_ptr<scalar_t>();
+        scalar_t* dst = out.mutable_data_ptr<scalar_t>();
+        if (use_32_bit_index) {
+          launch_strided_to_contiguous<scalar_t, uint32_t>(src, dst, merged, numel, stream);
+        } else {
+          launch_strided_to_contiguous<scalar_t, uint64_t>(src, dst, merged, numel, stream);
+        }
       });
   return out;
 }

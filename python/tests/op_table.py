@@ -121,8 +121,11 @@ def describe(args: tuple) -> str:
     )
 
 
-def assert_matches_reference(spec: OpSpec, args: tuple, result, msg: str = "") -> None:
-    """Every output: same metadata as the reference's, a new tensor, and within tolerance."""
+def assert_matches_reference(
+    spec: OpSpec, args: tuple, result, msg: str = "", *, equal_nan: bool = False
+) -> None:
+    """Every output: same metadata as the reference's, a new tensor, and within tolerance
+    (NaN exactly where the reference has NaN, with ``equal_nan``)."""
     expected = as_tuple(spec.reference(*args))
     got = as_tuple(result)
     assert len(got) == len(expected), f"{spec.name}: {len(got)} outputs, expected {len(expected)}"
@@ -136,12 +139,14 @@ def assert_matches_reference(spec: OpSpec, args: tuple, result, msg: str = "") -
                     assert g.untyped_storage().data_ptr() != t.untyped_storage().data_ptr(), (
                         f"{where}: aliases an input"
                     )
-        assert_close_spec(spec, g, e, where)
+        assert_close_spec(spec, g, e, where, equal_nan=equal_nan)
 
 
-def assert_close_spec(spec: OpSpec, actual: torch.Tensor, expected: torch.Tensor, msg="") -> None:
+def assert_close_spec(
+    spec: OpSpec, actual: torch.Tensor, expected: torch.Tensor, msg="", *, equal_nan=False
+) -> None:
     """testing_utils.assert_close with the op's tolerances."""
-    assert_close(actual, expected, msg, spec.tolerances)
+    assert_close(actual, expected, msg, spec.tolerances, equal_nan=equal_nan)
 
 
 def output_grads(outputs: tuple, generator: torch.Generator | None = None) -> tuple:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -80,12 +81,18 @@ TOLERANCES = DEFAULT_TOLERANCES
 
 
 def assert_close(
-    actual: torch.Tensor, expected: torch.Tensor, msg: str = "", tolerances=TOLERANCES
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    msg: str = "",
+    tolerances=TOLERANCES,
+    *,
+    equal_nan: bool = False,
 ) -> None:
     """Compare in float64 with the tolerance of ``expected.dtype`` (in ``tolerances``, an
     op's own or the suite's); dtype/shape/device must match.
 
-    ``|actual - expected| <= atol + rtol * |expected|`` elementwise (no NaN allowed). A fast
+    ``|actual - expected| <= atol + rtol * |expected|`` elementwise. No NaN is allowed,
+    unless ``equal_nan``: then NaN must appear exactly where the reference has one. A fast
     vectorized check runs first; otherwise torch.testing decides (matching infinities) and
     reports any mismatch in detail.
     """
@@ -94,6 +101,12 @@ def assert_close(
     assert actual.device == expected.device, (actual.device, expected.device)
     t = tolerances[expected.dtype]
     a, e = actual.detach().double(), expected.detach().double()
+    if equal_nan:
+        nan = e.isnan()
+        assert torch.equal(a.isnan(), nan), (
+            f"{msg}\nNaN where the reference has none, or not where it has"
+        )
+        a, e = a.masked_fill(nan, 0.0), e.masked_fill(nan, 0.0)
     if bool(((a - e).abs() <= t["atol"] + t["rtol"] * e.abs()).all()):
         return
     torch.testing.assert_close(
@@ -110,7 +123,7 @@ SHAPES = {
     "large": (257, 4099),
 }
 
-LAYOUTS = ["contiguous", "sliced", "rows", "transposed"]
+LAYOUTS = ["contiguous", "offset", "sliced", "rows", "transposed"]
 
 
 def make_input(
@@ -123,13 +136,18 @@ def make_input(
 ) -> torch.Tensor:
     """A tensor of ``shape`` with the requested memory layout.
 
+    * ``offset``: contiguous, starting one element into its storage (no row is 16-byte
+      aligned, so CUDA kernels take their per-row head/tail path).
     * ``sliced``: a view with step 2 in the last dimension (stride 2, storage offset 1).
     * ``rows``: every other row (first-dim step 2; last dim stays dense).
     * ``transposed``: a view of a tensor stored with the last two dims swapped (last-dim
       stride != 1); where the second-to-last dim is missing or 1 (a transpose would still be
       contiguous) it falls back to ``sliced``.
     """
-    if layout == "sliced" or (layout == "transposed" and (len(shape) < 2 or shape[-2] == 1)):
+    if layout == "offset":  # contiguous, but one element into its storage: rows unaligned
+        base = torch.randn(math.prod(shape) + 1, dtype=torch.float64, generator=generator) * scale
+        t = base.to(dtype=dtype, device=device)[1:].view(shape)
+    elif layout == "sliced" or (layout == "transposed" and (len(shape) < 2 or shape[-2] == 1)):
         big = list(shape)
         big[-1] = 2 * shape[-1] + 1
         base = torch.randn(big, dtype=torch.float64, generator=generator) * scale

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from .. import _library
-from . import _checks
+from . import _checks, rms_norm
 from ._spec import (
     Autograd,
     BenchTargets,
@@ -63,57 +63,32 @@ def _backward(ctx, grad_y, grad_h):
     x, residual, weight = ctx.saved_tensors
     cdt = _checks.compute_dtype(x)
     h = x.to(cdt) + residual.to(cdt)
-    rstd = torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + ctx.eps)
-    n = h * rstd
-    if grad_y is None:
-        grad_y = torch.zeros_like(h)
-    gy = grad_y.to(cdt)
-    gn = gy * weight.to(cdt)
-    # d/dh of h * rstd(h): rstd * (gn - n * mean(gn * n))
-    gh_total = rstd * (gn - n * (gn * n).mean(-1, keepdim=True))
+    gy = torch.zeros_like(h) if grad_y is None else grad_y.to(cdt)
+    gh_total, grad_weight = rms_norm.backward_of_h(h, weight, ctx.eps, gy)
     if grad_h is not None:
         gh_total = gh_total + grad_h.to(cdt)
-    grad_weight = _checks.sum_to_last_dim(gy * n).to(weight.dtype)
     return gh_total.to(x.dtype), gh_total.to(residual.dtype), grad_weight, None
-
-
-def rms_norm_reference(h: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """``h * rsqrt(mean(h**2, -1) + eps) * weight`` in float64, in h's dtype."""
-    h64 = h.double()
-    return (h64 * torch.rsqrt(h64.pow(2).mean(-1, keepdim=True) + eps) * weight.double()).to(
-        h.dtype
-    )
 
 
 def reference(
     x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(rms_norm(x + residual) * weight, x + residual)`` in float64."""
+    """``(rms_norm(x + residual) * weight, x + residual)`` in float64, in x's dtype."""
     h = x.double() + residual.double()
-    y = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
-    return y.to(x.dtype), h.to(x.dtype)
+    return rms_norm.reference_of_h(h, weight, eps, x.dtype), h.to(x.dtype)
 
 
 def eager(x, residual, weight, eps=1e-6):
     h = x + residual
-    hf = h.float()
-    y = (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(h.dtype) * weight
-    return y, h
+    return rms_norm.eager(h, weight, eps), h
 
 
 def _edge_samples(device: str) -> list[tuple]:
-    # eps dominates tiny rows; huge rows must not overflow in fp16/bf16 (fp32 accumulation:
-    # 200**2 already overflows fp16). eps = 0 only where no row is all zeros (0/0).
-    n = 64
+    # rms_norm's edge rows, split into x + residual so that both inputs carry them.
     samples = []
-    for dtype, big in ((torch.float16, 200.0), (torch.bfloat16, 1e4), (torch.float32, 1e4)):
-        weight = torch.linspace(0.5, 2.0, n).to(device=device, dtype=dtype)
-        rows = [torch.full((n,), 1e-3), torch.full((n,), big), torch.linspace(-big, big, n)]
-        x = torch.stack(rows).to(device=device, dtype=dtype)
-        zero = torch.zeros_like(x)
-        samples += [(x, zero, weight, eps) for eps in (0.0, 1e-6, 1.0)]
-        with_zero_row = torch.cat([x, torch.zeros_like(x[:1])])
-        samples.append((with_zero_row, torch.zeros_like(with_zero_row), weight, 1e-6))
+    for x, weight, eps in rms_norm.edge_samples(device):
+        half = (x / 2).to(x.dtype)
+        samples.append((half, x - half, weight, eps))
     return samples
 
 

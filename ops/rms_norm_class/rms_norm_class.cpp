@@ -1,8 +1,9 @@
-#include "ops/rms_norm_class/rms_norm.h"
+#include "ops/rms_norm_class/rms_norm_class.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <tuple>
 #include <utility>
 
 #include "ops/common/checks.h"
@@ -10,18 +11,23 @@
 namespace my_ops {
 namespace {
 
-using FusedAddRmsNormSignature = std::tuple<at::Tensor, at::Tensor>(const at::Tensor&,
-                                                                    const at::Tensor&,
-                                                                    const at::Tensor&, double);
-
 // Going through the dispatcher (rather than calling a backend function) picks the CPU or CUDA
 // kernel from the input's device and keeps the call visible to tracing and export.
+at::Tensor call_rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("my_ops::rms_norm", "")
+                             .typed<at::Tensor(const at::Tensor&, const at::Tensor&, double)>();
+  return op.call(x, weight, eps);
+}
+
 std::tuple<at::Tensor, at::Tensor> call_fused_add_rms_norm(const at::Tensor& x,
                                                            const at::Tensor& residual,
                                                            const at::Tensor& weight, double eps) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("my_ops::fused_add_rms_norm", "")
-                             .typed<FusedAddRmsNormSignature>();
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("my_ops::fused_add_rms_norm", "")
+          .typed<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&, const at::Tensor&,
+                                                    const at::Tensor&, double)>();
   return op.call(x, residual, weight, eps);
 }
 
@@ -40,10 +46,8 @@ RMSNorm::RMSNorm(at::Tensor weight, double eps) : weight_(std::move(weight)), ep
 }
 
 at::Tensor RMSNorm::forward(const at::Tensor& x) const {
-  // Checked here because at::zeros_like would reject an undefined x first, naming it 'self'.
-  TORCH_CHECK(x.defined(), "RMSNorm: expected x to be a defined tensor");
-  // A zero residual turns the fused add into a no-op, so plain RMSNorm shares the fused kernel.
-  return std::get<0>(call_fused_add_rms_norm(x, at::zeros_like(x), weight_, eps_));
+  // The residual-free kernel: no zero residual to allocate, fill, read and add.
+  return call_rms_norm(x, weight_, eps_);
 }
 
 std::tuple<at::Tensor, at::Tensor> RMSNorm::forward_residual(const at::Tensor& x,

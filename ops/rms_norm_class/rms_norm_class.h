@@ -8,8 +8,8 @@
 
 namespace my_ops {
 
-// An RMSNorm layer whose forward runs the fused_add_rms_norm op, usable from TorchScript and
-// torch.export as torch.classes.my_ops.RMSNorm.
+// An RMSNorm layer whose forward runs the rms_norm op (forward_residual: fused_add_rms_norm),
+// usable from TorchScript and torch.export as torch.classes.my_ops.RMSNorm.
 class RMSNorm : public torch::CustomClassHolder {
  public:
   using State = std::tuple<at::Tensor, double>;

@@ -1,0 +1,178 @@
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <tuple>
+
+#include "ops/common/block_reduce.cuh"
+#include "ops/common/launch.cuh"
+#include "ops/common/math.cuh"
+#include "ops/common/pack.cuh"
+#include "ops/rms_norm/rms_norm.h"
+
+namespace my_ops {
+namespace {
+
+// One block per row (grid-stride over rows). Each row is split where x becomes 16-byte aligned
+// (RowSplit): the few head and tail elements go one per thread, the rest as packs; so an odd row
+// length or an offset view keeps the packed loads for all but a handful of elements per row.
+// Without a residual (kHasResidual false) h is x itself and only `out` is written: a plain RMS norm
+// moves two tensors of traffic, not the five a zero residual would cost.
+//
+// The normalized output is computed from the acc_t (float32 for Half/BFloat16) sum h, not from h
+// rounded to scalar_t, which avoids compounding two roundings. The second loop therefore
+// recomputes x + residual rather than reading the rounded sum_out back; the re-read of the row is
+// normally served from L2. eps arrives rounded to acc_t: see the note in cpu.cpp.
+template <typename scalar_t, bool kHasResidual>
+__global__ void __launch_bounds__(kThreads)
+    rms_norm_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ residual,
+                    const scalar_t* __restrict__ weight, scalar_t* __restrict__ out,
+                    scalar_t* __restrict__ sum_out, int64_t rows, int64_t row_length,
+                    at::opmath_type<scalar_t> eps) {
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr int kPackSize = kWidestPack<scalar_t>;
+  using PackT = Pack<scalar_t, kPackSize>;
+
+  // reduce_scratch holds one partial per warp of a kThreads block (hence the launch bounds).
+  __shared__ acc_t reduce_scratch[kThreads / kWarpSize];
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t offset = row * row_length;
+    const scalar_t* x_row = x + offset;
+    const scalar_t* residual_row = kHasResidual ? residual + offset : nullptr;
+    scalar_t* out_row = out + offset;
+    scalar_t* sum_row = kHasResidual ? sum_out + offset : nullptr;
+    const RowSplit<kPackSize> split(x_row, row_length);
+    const bool residual_aligned = !kHasResidual || split.packs_aligned(residual_row);
+    const bool sum_aligned = !kHasResidual || split.packs_aligned(sum_row);
+    const bool weight_aligned = split.packs_aligned(weight);
+    const bool out_aligned = split.packs_aligned(out_row);
+
+    const auto element_sum = [&](int64_t col) {
+      acc_t h = static_cast<acc_t>(x_row[col]);
+      if constexpr (kHasResidual) {
+        h += static_cast<acc_t>(residual_row[col]);
+      }
+      return h;
+    };
+    const int64_t edge_col = split.edge_column(threadIdx.x, row_length);
+
+    acc_t sum_sq = acc_t(0);
+    if (edge_col >= 0) {
+      const acc_t h = element_sum(edge_col);
+      if constexpr (kHasResidual) {
+        sum_row[edge_col] = static_cast<scalar_t>(h);
+      }
+      sum_sq += h * h;
+    }
+    for (int64_t p = threadIdx.x; p < split.num_packs; p += blockDim.x) {
+      const int64_t col = split.pack_column(p);
+      const PackT x_pack = load_pack<kPackSize>(x_row + col, /*aligned=*/true);
+      PackT residual_pack;
+      if constexpr (kHasResidual) {
+        residual_pack = load_pack<kPackSize>(residual_row + col, residual_aligned);
+      }
+      PackT sum_pack;
+#pragma unroll
+      for (int k = 0; k < kPackSize; ++k) {
+        acc_t h = static_cast<acc_t>(x_pack.values[k]);
+        if constexpr (kHasResidual) {
+          h += static_cast<acc_t>(residual_pack.values[k]);
+          sum_pack.values[k] = static_cast<scalar_t>(h);
+        }
+        sum_sq += h * h;
+      }
+      if constexpr (kHasResidual) {
+        store_pack<kPackSize>(sum_row + col, sum_pack, sum_aligned);
+      }
+    }
+    // Every thread of the block reaches this call: the row loop bound is uniform across the block.
+    sum_sq = block_reduce_sum(sum_sq, reduce_scratch);
+    const acc_t inv_rms = device_rsqrt(sum_sq / static_cast<acc_t>(row_length) + eps);
+
+    if (edge_col >= 0) {
+      out_row[edge_col] = static_cast<scalar_t>(element_sum(edge_col) * inv_rms *
+                                                static_cast<acc_t>(weight[edge_col]));
+    }
+    for (int64_t p = threadIdx.x; p < split.num_packs; p += blockDim.x) {
+      const int64_t col = split.pack_column(p);
+      const PackT x_pack = load_pack<kPackSize>(x_row + col, /*aligned=*/true);
+      const PackT weight_pack = load_pack<kPackSize>(weight + col, weight_aligned);
+      PackT residual_pack;
+      if constexpr (kHasResidual) {
+        residual_pack = load_pack<kPackSize>(residual_row + col, residual_aligned);
+      }
+      PackT out_pack;
+#pragma unroll
+      for (int k = 0; k < kPackSize; ++k) {
+        acc_t h = static_cast<acc_t>(x_pack.values[k]);
+        if constexpr (kHasResidual) {
+          h += static_cast<acc_t>(residual_pack.values[k]);
+        }
+        out_pack.values[k] =
+            static_cast<scalar_t>(h * inv_rms * static_cast<acc_t>(weight_pack.values[k]));
+      }
+      store_pack<kPackSize>(out_row + col, out_pack, out_aligned);
+    }
+  }
+}
+
+// `residual` and `sum_out` are undefined tensors when kHasResidual is false.
+template <bool kHasResidual>
+void launch_rms_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
+                     double eps, at::Tensor& out, at::Tensor& sum_out) {
+  const int64_t row_length = x.size(-1);
+  const int64_t rows = x.numel() / row_length;
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "rms_norm_cuda", [&] {
+        using acc_t = at::opmath_type<scalar_t>;
+        rms_norm_kernel<scalar_t, kHasResidual>
+            <<<num_blocks_for(rows, /*items_per_block=*/1), kThreads, 0, stream>>>(
+                x.const_data_ptr<scalar_t>(),
+                kHasResidual ? residual.const_data_ptr<scalar_t>() : nullptr,
+                weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
+                kHasResidual ? sum_out.mutable_data_ptr<scalar_t>() : nullptr, rows, row_length,
+                static_cast<acc_t>(eps));
+        C10_CUDA_KERNEL_LAUNCH_CHECK();
+      });
+}
+
+at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rms_norm_args(x, weight, eps);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor no_sum;
+  if (x.numel() != 0) {
+    launch_rms_norm</*kHasResidual=*/false>(x.contiguous(), at::Tensor(), weight.contiguous(), eps,
+                                            out, no_sum);
+  }
+  return out;
+}
+
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cuda(const at::Tensor& x,
+                                                           const at::Tensor& residual,
+                                                           const at::Tensor& weight, double eps) {
+  check_fused_add_rms_norm_args(x, residual, weight, eps);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const auto out_options = x.options().memory_format(at::MemoryFormat::Contiguous);
+  at::Tensor out = at::empty(x.sizes(), out_options);
+  at::Tensor sum_out = at::empty(x.sizes(), out_options);
+  if (x.numel() != 0) {
+    launch_rms_norm</*kHasResidual=*/true>(x.contiguous(), residual.contiguous(),
+                                           weight.contiguous(), eps, out, sum_out);
+  }
+  return {out, sum_out};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(my_ops, CUDA, m) {
+  m.impl("rms_norm", &rms_norm_cuda);
+  m.impl("fused_add_rms_norm", &fused_add_rms_norm_cuda);
+}
+
+}  // namespace my_ops
