@@ -45,9 +45,11 @@ class Subject:
     """What one group of rows measures: ours and its eager composition, on the same args."""
 
     name: str
-    ours: Callable
+    # (shape, dtype, device, generator) -> (our callable, args): ours may hold state (the
+    # class's TorchBind object); args are plain tensors and floats, which eager and
+    # torch.compile take.
+    prepare: Callable
     eager: Callable
-    make_args: Callable  # (shape, dtype, device, generator) -> args
     bench: Mapping  # device type -> my_ops.ops._spec.BenchTargets
     primaries: tuple[int, ...]  # the args shaped like the primary input (see --offset)
 
@@ -56,28 +58,23 @@ def op_subject(spec) -> Subject:
     shaped = (my_ops.ops._spec.Primary, my_ops.ops._spec.LikePrimary)
     roles = list(spec.arguments.values())
     primaries = tuple(i for i, role in enumerate(roles) if isinstance(role, shaped))
-    return Subject(spec.name, spec.wrapper, spec.eager, spec.example_args, spec.bench, primaries)
+
+    def prepare(shape, dtype, device, generator):
+        return spec.wrapper, spec.example_args(shape, dtype, device, generator)
+
+    return Subject(spec.name, prepare, spec.eager, spec.bench, primaries)
 
 
-def _class_args(shape, dtype, device, generator):
-    weight = torch.randn(shape[-1:], generator=generator).to(device=device, dtype=dtype)
-    x = torch.randn(shape, generator=generator).to(device=device, dtype=dtype)
-    return my_ops.RMSNorm(weight).to(device), x
+def _prepare_class(shape, dtype, device, generator):
+    # The rms_norm op's arguments, and the TorchBind object holding the same weight and eps;
+    # its forward is called as an exported model calls it.
+    x, weight, eps = my_ops.ops.SPECS["rms_norm"].example_args(shape, dtype, device, generator)
+    obj = torch.classes.my_ops.RMSNorm(weight, eps)
+    return (lambda x, weight, eps: obj.forward(x)), (x, weight, eps)
 
 
-def _class_eager(module, x):
-    return my_ops.ops.rms_norm.eager(x, module.weight, module.eps)
-
-
-# RMSNorm.forward runs the residual-free kernel through the TorchBind object, as an exported
-# model calls it.
 CLASS_SUBJECT = Subject(
-    "RMSNorm.forward",
-    lambda module, x: module.rms_norm.forward(x),
-    _class_eager,
-    _class_args,
-    my_ops.nn.BENCH,
-    (1,),
+    "RMSNorm.forward", _prepare_class, my_ops.ops.rms_norm.eager, my_ops.nn.BENCH, (0,)
 )
 SUBJECTS = {name: op_subject(spec) for name, spec in my_ops.ops.SPECS.items()}
 SUBJECTS[CLASS_SUBJECT.name] = CLASS_SUBJECT
@@ -175,15 +172,16 @@ def bench_device(args, device: torch.device, subjects) -> tuple[list[Result], fl
     results: list[Result] = []
     clone_ms: list[float] = []
     for subject in subjects:
-        op_args = list(subject.make_args((args.rows, args.cols), dtype, device, g))
+        ours_fn, op_args = subject.prepare((args.rows, args.cols), dtype, device, g)
+        op_args = list(op_args)
         for i in subject.primaries if args.offset else ():
             op_args[i] = at_offset(op_args[i], args.offset)
         op_args = tuple(op_args)
-        ours = subject.ours(*op_args)
+        ours = ours_fn(*op_args)
         _check_same(subject.name, ours, subject.eager(*op_args), dtype)
         nbytes = _nbytes(op_args, ours)
         candidates = {
-            "my_ops": (subject.ours, op_args),
+            "my_ops": (ours_fn, op_args),
             "eager": (subject.eager, op_args),
             "torch.clone": (torch.clone, (x,)),
         }
