@@ -58,6 +58,22 @@ __global__ void __launch_bounds__(kThreads)
       }
       return h;
     };
+    // The pack at `col` of h = x (+ residual), in acc_t: both loops form it, the second
+    // again rather than reading back sum_out, which is rounded to scalar_t.
+    const auto pack_sum = [&](int64_t col, acc_t(&h)[kPackSize]) {
+      const PackT x_pack = load_pack<kPackSize>(x_row + col, /*aligned=*/true);
+      PackT residual_pack;
+      if constexpr (kHasResidual) {
+        residual_pack = load_pack<kPackSize>(residual_row + col, residual_aligned);
+      }
+#pragma unroll
+      for (int k = 0; k < kPackSize; ++k) {
+        h[k] = static_cast<acc_t>(x_pack.values[k]);
+        if constexpr (kHasResidual) {
+          h[k] += static_cast<acc_t>(residual_pack.values[k]);
+        }
+      }
+    };
     const int64_t edge_col = split.edge_column(threadIdx.x, row_length);
 
     acc_t sum_sq = acc_t(0);
@@ -70,20 +86,15 @@ __global__ void __launch_bounds__(kThreads)
     }
     for (int64_t p = threadIdx.x; p < split.num_packs; p += blockDim.x) {
       const int64_t col = split.pack_column(p);
-      const PackT x_pack = load_pack<kPackSize>(x_row + col, /*aligned=*/true);
-      PackT residual_pack;
-      if constexpr (kHasResidual) {
-        residual_pack = load_pack<kPackSize>(residual_row + col, residual_aligned);
-      }
+      acc_t h[kPackSize];
+      pack_sum(col, h);
       PackT sum_pack;
 #pragma unroll
       for (int k = 0; k < kPackSize; ++k) {
-        acc_t h = static_cast<acc_t>(x_pack.values[k]);
         if constexpr (kHasResidual) {
-          h += static_cast<acc_t>(residual_pack.values[k]);
-          sum_pack.values[k] = static_cast<scalar_t>(h);
+          sum_pack.values[k] = static_cast<scalar_t>(h[k]);
         }
-        sum_sq += h * h;
+        sum_sq += h[k] * h[k];
       }
       if constexpr (kHasResidual) {
         store_pack<kPackSize>(sum_row + col, sum_pack, sum_aligned);
@@ -99,21 +110,14 @@ __global__ void __launch_bounds__(kThreads)
     }
     for (int64_t p = threadIdx.x; p < split.num_packs; p += blockDim.x) {
       const int64_t col = split.pack_column(p);
-      const PackT x_pack = load_pack<kPackSize>(x_row + col, /*aligned=*/true);
+      acc_t h[kPackSize];
+      pack_sum(col, h);
       const PackT weight_pack = load_pack<kPackSize>(weight + col, weight_aligned);
-      PackT residual_pack;
-      if constexpr (kHasResidual) {
-        residual_pack = load_pack<kPackSize>(residual_row + col, residual_aligned);
-      }
       PackT out_pack;
 #pragma unroll
       for (int k = 0; k < kPackSize; ++k) {
-        acc_t h = static_cast<acc_t>(x_pack.values[k]);
-        if constexpr (kHasResidual) {
-          h += static_cast<acc_t>(residual_pack.values[k]);
-        }
         out_pack.values[k] =
-            static_cast<scalar_t>(h * inv_rms * static_cast<acc_t>(weight_pack.values[k]));
+            static_cast<scalar_t>(h[k] * inv_rms * static_cast<acc_t>(weight_pack.values[k]));
       }
       store_pack<kPackSize>(out_row + col, out_pack, out_aligned);
     }
