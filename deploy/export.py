@@ -53,8 +53,8 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from typing import NoReturn
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn
 
 # The export's other modules sit beside this file and are imported by name.
 # Running this file as a script puts its folder on sys.path; loading it by
@@ -63,15 +63,28 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
+from export_cache import DEFAULT_MAX_MB, Cache, bytecode_in  # noqa: E402
+from export_cache import default_dir as default_cache_dir  # noqa: E402
+from export_cache_key import (  # noqa: E402
+    CacheKeys,
+    exporter_sha256,
+    inductor_config,
+    program_sha256,
+    toolchain_parts,
+)
 from export_compile import (  # noqa: E402
+    COMPILE_LOG_ENV,
     cuda_home,
     inductor_options,
     input_signature,
+    parse_inductor_options,
     write_cxx_wrapper,
 )
 from export_cross import (  # noqa: E402
     HOST_TARGET,
     TARGETS,
+    CrossTarget,
+    TargetFiles,
     cpp_only_options,
     cross_compile,
     forced_vec_isa,
@@ -99,6 +112,7 @@ from export_output import (  # noqa: E402
     remove_empty,
     remove_work,
 )
+from export_profile import breakdown, format_breakdown, parse_log  # noqa: E402
 from export_verify import sample_inputs, verify  # noqa: E402
 
 
@@ -175,6 +189,42 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="largest batch size the package accepts (default: 16)",
     )
     p.add_argument(
+        "--inductor-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one torch._inductor.config option for the compile, e.g. "
+        "aot_inductor.compile_wrapper_opt_level=O0 (repeatable; VALUE is a Python literal, "
+        "else a string). Part of the cache key",
+    )
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help="compile cache folder (default: $XDG_CACHE_HOME/my_ops/inductor, else "
+        "~/.cache/my_ops/inductor). An unchanged model with the same op library, torch, "
+        "compiler and ISA is not compiled again; delete the folder to clear it",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile from nothing and leave no cache behind",
+    )
+    p.add_argument(
+        "--cache-max-mb",
+        type=int,
+        default=DEFAULT_MAX_MB,
+        metavar="MB",
+        help=f"size bound of the cache folder; the least recently used entries are "
+        f"deleted at the end of an export (default: {DEFAULT_MAX_MB})",
+    )
+    p.add_argument(
+        "--profile-compile",
+        action="store_true",
+        help="print where the compile stage's time went: Inductor's code generation, "
+        "precompiled headers, the wrapper and kernel compiles, the link",
+    )
+    p.add_argument(
         "--signing-key",
         metavar="KEY",
         help="sign manifest.json with this Ed25519 private key (PEM, or a raw 32-byte "
@@ -195,12 +245,18 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
             p.error(
                 f"--isa {args.isa} is for linux-x86_64; --target {args.target} uses its baseline"
             )
+    if args.cache_max_mb < 1:
+        p.error("--cache-max-mb must be >= 1")
     out = args.out or _default_out()
     # Under `bazel run` the cwd is the runfiles tree; relative paths the user
     # typed mean their own working directory.
     user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
     args.out = os.path.abspath(os.path.join(user_cwd, out))
-    for name in ("signing_key", "generate_key"):
+    if args.no_cache and args.cache_dir:
+        p.error("--no-cache and --cache-dir contradict each other")
+    args.cache_dir_given = args.cache_dir is not None
+    args.cache_dir = args.cache_dir or default_cache_dir()
+    for name in ("signing_key", "generate_key", "cache_dir"):
         if getattr(args, name):
             setattr(args, name, os.path.abspath(os.path.join(user_cwd, getattr(args, name))))
     return args
@@ -234,7 +290,9 @@ def _check_device(device: str) -> None:
 
 
 @contextlib.contextmanager
-def _stage(name: str, times: dict[str, float]) -> Iterator[None]:
+def _stage(
+    name: str, times: dict[str, float], note: Callable[[], str] | None = None
+) -> Iterator[None]:
     # One line per stage: the name now (compile can take a minute), the
     # duration when it ends.
     print(f"{name:<8}... ", end="", flush=True)
@@ -245,7 +303,7 @@ def _stage(name: str, times: dict[str, float]) -> Iterator[None]:
         print("failed", flush=True)
         raise
     times[name] = time.perf_counter() - t0
-    print(f"{times[name]:.1f}s", flush=True)
+    print(f"{times[name]:.1f}s" + (f", {note()}" if note else ""), flush=True)
 
 
 def _private_tmp(work: str) -> str:
@@ -264,6 +322,25 @@ def _private_tmp(work: str) -> str:
     return tmp
 
 
+def _open_cache(args: argparse.Namespace) -> Cache | None:
+    if args.no_cache:
+        return None
+    cache = Cache(args.cache_dir, args.cache_max_mb << 20)
+    try:
+        cache.__enter__()
+    except OSError as e:
+        if args.cache_dir_given:
+            raise ExportError(
+                f"--cache-dir {args.cache_dir}: {e.strerror} (pass --no-cache to export without it)"
+            ) from e
+        # The default folder is a convenience: a read-only home (a sandbox,
+        # a locked-down CI runner) must not stop the export.
+        print(f"cache:   off, {args.cache_dir}: {e.strerror} (see --cache-dir)", flush=True)
+        return None
+    print(f"cache:   {args.cache_dir}", flush=True)
+    return cache
+
+
 def run(args: argparse.Namespace) -> dict[str, float]:
     # A folder that may not be replaced, or a bad key, must fail now, not
     # after minutes of compiling.
@@ -271,11 +348,22 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     signing_key = load_signing_key(args.signing_key) if args.signing_key else None
     cross = TARGETS.get(args.target)
     cross_files = target_files(cross) if cross else None
-    _setup_environment(args.device)
-    _check_device(args.device)
-    factory = load_factory(args.model)
-    import torch
+    cache = _open_cache(args)
+    try:
+        with bytecode_in(cache.bytecode_dir()) if cache else contextlib.nullcontext():
+            return _export(args, cache, signing_key, cross, cross_files)
+    finally:
+        if cache is not None:
+            cache.__exit__(None, None, None)
 
+
+def _export(
+    args: argparse.Namespace,
+    cache: Cache | None,
+    signing_key: Any,
+    cross: CrossTarget | None,
+    cross_files: TargetFiles | None,
+) -> dict[str, float]:
     parent = os.path.dirname(args.out)
     made = missing_folders(parent)
     try:
@@ -288,7 +376,17 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     times: dict[str, float] = {}
     published = False
     try:
+        # Before anything imports torch._inductor, which makes folders in $TMPDIR.
         tmp = _private_tmp(work)
+        try:
+            extra_options = parse_inductor_options(args.inductor_option)
+        except ValueError as e:
+            raise ExportError(str(e), EXIT_USAGE) from e
+        _setup_environment(args.device)
+        _check_device(args.device)
+        factory = load_factory(args.model)
+        import torch
+
         stage = os.path.join(work, "stage")
         os.makedirs(stage)
 
@@ -310,36 +408,40 @@ def run(args: argparse.Namespace) -> dict[str, float]:
                     "fake implementation)"
                 ) from e
 
+        keys = None
+        if cache is not None:
+            keys = _cache_keys(args, ep, cross_files)
+            toolchain = cache.toolchain_dir(keys.toolchain)
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(toolchain, "inductor")
+            os.environ["TRITON_CACHE_DIR"] = os.path.join(toolchain, "triton")
+            bindir = os.path.join(toolchain, "bin")
+        else:
+            bindir = os.path.join(tmp, "bin")
         package = os.path.join(stage, "model.pt2")
-        cxx, compiler = write_cxx_wrapper(tmp)
+        cxx, compiler = write_cxx_wrapper(bindir)
         print(f"compiler: {compiler}", flush=True)
         if cross is not None:
             print(f"target:  {cross.name}, compiled by {cross_files.compiler} -march={cross.march}")
-        options = inductor_options(
-            args.device, args.isa, cxx, input_signature(ep), cross=cross is not None
+        options = (
+            inductor_options(
+                args.device, args.isa, cxx, input_signature(ep), cross=cross is not None
+            )
+            | extra_options
         )
-        with _stage("compile", times):
-            if cross is None:
-                try:
-                    torch._inductor.aoti_compile_and_package(
-                        ep, package_path=package, inductor_configs=options
-                    )
-                except Exception as e:  # noqa: BLE001
-                    raise ExportError(f"AOTInductor compile failed: {first_line(e)}") from e
+        package_key = keys.package(options, inductor_config()) if keys else None
+        cached = cache.get_package(package_key) if cache and package_key else None
+        log = os.path.join(work, "compile.log")
+        with _stage("compile", times, lambda: _cache_note(cache, cached)):
+            if cached is not None:
+                with open(package, "wb") as f:
+                    f.write(cached)
             else:
-                # Named as the final package: the archive's top folder comes from it.
-                os.makedirs(os.path.join(work, "cpp"))
-                generated = os.path.join(work, "cpp", "model.pt2")
-                try:
-                    with forced_vec_isa(cross):
-                        torch._inductor.aoti_compile_and_package(
-                            ep,
-                            package_path=generated,
-                            inductor_configs=options | cpp_only_options(),
-                        )
-                except Exception as e:  # noqa: BLE001
-                    raise ExportError(f"AOTInductor code generation failed: {first_line(e)}") from e
-                cross_compile(generated, package, cross, cross_files, work)
+                if args.profile_compile:
+                    os.environ[COMPILE_LOG_ENV] = log
+                _compile(ep, package, options, cross, cross_files, work)
+                os.environ.pop(COMPILE_LOG_ENV, None)
+        if args.profile_compile:
+            _print_profile(log, times["compile"], cached is not None)
 
         if cross is None:
             with _stage("verify", times):
@@ -350,6 +452,10 @@ def run(args: argparse.Namespace) -> dict[str, float]:
                 flush=True,
             )
             sample = sample_inputs(spec, args.device)
+        # Only a package that passed verify (or, for a cross target, was
+        # built to the end) is kept for the next export.
+        if cache is not None and package_key is not None and cached is None:
+            cache.put_package(package_key, package)
 
         sample_cpu = to_device(sample, "cpu")
         with torch.no_grad():
@@ -378,6 +484,77 @@ def run(args: argparse.Namespace) -> dict[str, float]:
         remove_work(work)
         if not published:
             remove_empty(made)
+
+
+def _compile(
+    ep: Any,
+    package: str,
+    options: dict[str, Any],
+    cross: CrossTarget | None,
+    cross_files: TargetFiles | None,
+    work: str,
+) -> None:
+    import torch
+
+    if cross is None:
+        try:
+            torch._inductor.aoti_compile_and_package(
+                ep, package_path=package, inductor_configs=options
+            )
+        except Exception as e:  # noqa: BLE001
+            raise ExportError(f"AOTInductor compile failed: {first_line(e)}") from e
+        return
+    # Named as the final package: the archive's top folder comes from it.
+    os.makedirs(os.path.join(work, "cpp"))
+    generated = os.path.join(work, "cpp", "model.pt2")
+    try:
+        with forced_vec_isa(cross):
+            torch._inductor.aoti_compile_and_package(
+                ep,
+                package_path=generated,
+                inductor_configs=options | cpp_only_options(),
+            )
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"AOTInductor code generation failed: {first_line(e)}") from e
+    cross_compile(generated, package, cross, cross_files, work)
+
+
+def _cache_keys(args: argparse.Namespace, ep: Any, cross_files: TargetFiles | None) -> CacheKeys:
+    import my_ops
+
+    try:
+        op_library = my_ops.load_library()
+    except ImportError as e:
+        raise ExportError(f"cannot find the op library for the cache key: {first_line(e)}") from e
+    return CacheKeys(
+        toolchain=toolchain_parts(
+            device=args.device,
+            isa=args.isa,
+            target=args.target,
+            op_library=op_library,
+            cross=cross_files,
+        ),
+        program_sha256=program_sha256(ep),
+        exporter_sha256=exporter_sha256(),
+    )
+
+
+def _cache_note(cache: Cache | None, cached: bytes | None) -> str:
+    if cache is None:
+        return "no cache"
+    return "cache hit" if cached is not None else "cache miss"
+
+
+def _print_profile(log: str, seconds: float, hit: bool) -> None:
+    if hit:
+        print("compile profile: nothing compiled (cache hit; --no-cache to profile)")
+        return
+    try:
+        with open(log) as f:
+            text = f.read()
+    except FileNotFoundError:
+        text = ""
+    print(format_breakdown(breakdown(parse_log(text), seconds), seconds), flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -10,6 +10,10 @@ def _export_package_impl(ctx):
     outs = [ctx.actions.declare_file("{}/{}".format(ctx.label.name, f)) for f in names]
     args = ctx.actions.args()
     args.add("--out", outs[0].dirname)
+
+    # Bazel's action cache is this rule's cache; a folder outside the
+    # sandbox would make the action depend on what earlier builds left.
+    args.add("--no-cache")
     args.add_all(ctx.attr.export_args)
     inputs = []
     if ctx.file.signing_key:

@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,10 @@ def child_env(tmpdir: Path | None = None) -> dict[str, str]:
     if tmpdir is not None:
         tmpdir.mkdir(parents=True, exist_ok=True)
         env["TMPDIR"] = str(tmpdir)
+    # The export's default compile cache: the test's own, never the user's.
+    env["XDG_CACHE_HOME"] = os.path.join(
+        os.environ.get("TEST_TMPDIR") or tempfile.gettempdir(), "cache"
+    )
     return env
 
 
@@ -135,10 +140,12 @@ def export_command() -> list[str]:
     return [sys.executable, str(DEPLOY_DIR / "export.py")]
 
 
-def run_export(args: list[str], tmpdir: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+def run_export(
+    args: list[str], tmpdir: Path, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     return subprocess.run(
         export_command() + args,
-        env=child_env(tmpdir),
+        env=child_env(tmpdir) | (env or {}),
         capture_output=True,
         text=True,
         timeout=timeout,

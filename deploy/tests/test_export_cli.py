@@ -70,6 +70,44 @@ def test_usage_error_is_one_line(tmp_path: Path) -> None:
     assert len(error_lines(proc.stderr)) == 1, proc.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--no-cache", "--cache-dir", "c"], "--no-cache and --cache-dir"),
+        (["--cache-max-mb", "0"], "--cache-max-mb must be >= 1"),
+        (["--inductor-option", "cpp_wrapper"], "must be KEY=VALUE"),
+        (["--inductor-option", "no_such.option=1"], "torch._inductor.config has no no_such.option"),
+    ],
+)
+def test_bad_cache_and_compile_flags(tmp_path: Path, args: list[str], needle: str) -> None:
+    proc = run_export([*args, "--model", "no_such_module:f", "--out", str(tmp_path / "o")],
+                      tmp_path / "tmp")  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert error_lines(proc.stderr) == [error_lines(proc.stderr)[0]]
+    assert needle in proc.stderr
+
+
+def test_an_unusable_cache_dir_is_an_error_only_when_asked_for(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    # Asked for: one line naming the flag, nothing else happens.
+    proc = run_export(
+        ["--cache-dir", str(blocker / "c"), "--model", "no_such_module:f",
+         "--out", str(tmp_path / "o")],
+        tmp_path / "tmp",
+    )  # fmt: skip
+    _assert_clean_failure(proc, tmp_path, "--cache-dir")
+    assert "--no-cache" in proc.stderr
+    # The default folder (here under XDG_CACHE_HOME): the export goes on without it,
+    # as far as the model, which does not exist.
+    env = {"XDG_CACHE_HOME": str(blocker)}
+    proc = run_export(
+        ["--model", "no_such_module:f", "--out", str(tmp_path / "o")], tmp_path / "tmp2", env
+    )
+    assert "cache:   off" in proc.stdout
+    assert "cannot import 'no_such_module'" in proc.stderr
+
+
 def test_export_failure_keeps_previous_output(tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
@@ -87,7 +125,8 @@ def test_help(tmp_path: Path) -> None:
     proc = run_export(["--help"], tmp_path / "tmp")
     assert proc.returncode == 0
     for flag in ("--out", "--device", "--model", "--isa", "--max-batch", "--signing-key",
-                 "--generate-key"):  # fmt: skip
+                 "--generate-key", "--cache-dir", "--no-cache", "--cache-max-mb",
+                 "--profile-compile", "--inductor-option"):  # fmt: skip
         assert flag in proc.stdout
     # The --out rule: what the export may replace.
     assert "previous export" in proc.stdout

@@ -13,6 +13,7 @@ for this repository, ``<repository>/path`` for another. Importing this module im
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -21,8 +22,19 @@ MAIN_REPOSITORY = "_main"
 _ROOT_VARIABLES = ("RUNFILES_DIR", "TEST_SRCDIR")
 
 
+# What runfiles.Create() reads; the object is made once per combination.
+_LIBRARY_VARIABLES = ("RUNFILES_MANIFEST_FILE", "RUNFILES_DIR", "RUNFILES_MANIFEST_ONLY")
+
+
 def _library() -> Any | None:
     """A runfiles object of the rules_python library for this process's environment."""
+    return _library_for(tuple(os.environ.get(v) for v in _LIBRARY_VARIABLES))
+
+
+# Loading a manifest-based tree parses the whole manifest (about 0.2 s for the
+# exporter's), and one export looks up a dozen files.
+@functools.lru_cache(maxsize=4)
+def _library_for(_env: tuple[str | None, ...]) -> Any | None:
     try:
         from python.runfiles import runfiles
     except ImportError:

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import my_ops
-from my_ops import _library
+from my_ops import _library, _runfiles
 
 PROBE = (
     "import torch, my_ops\n"
@@ -88,7 +88,10 @@ def test_missing_env_path_names_every_path_and_the_variable(tmp_path, package_co
 def clean_env(monkeypatch):
     for var in ("MY_OPS_LIBRARY", "RUNFILES_DIR", "TEST_SRCDIR", "RUNFILES_MANIFEST_FILE"):
         monkeypatch.delenv(var, raising=False)
-    return monkeypatch
+    # Runfiles objects are kept per environment; the tests swap the library.
+    _runfiles._library_for.cache_clear()
+    yield monkeypatch
+    _runfiles._library_for.cache_clear()
 
 
 def test_not_found_anywhere_lists_all_candidates(tmp_path, clean_env, package_copy):

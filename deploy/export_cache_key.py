@@ -1,0 +1,120 @@
+"""What a cached package is keyed on (see export_cache.py for the cache itself)."""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import io
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from export_cache import CACHE_FORMAT, digest
+from export_compile import compiler_identity, program_version
+from export_cross import TargetFiles
+from export_manifest import sha256_file
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass(frozen=True)
+class CacheKeys:
+    toolchain: dict[str, Any]
+    """Everything but the model: op library, torch, compiler, target and ISA."""
+    program_sha256: str
+    """The serialized ExportedProgram: graph, weights, constants, custom objects."""
+    exporter_sha256: str
+    """This exporter's own sources, which decide how the package is put together."""
+
+    def package(self, options: dict[str, Any], inductor_config: dict[str, Any]) -> str:
+        # cpp.cxx is a path inside the toolchain folder; the toolchain key
+        # already covers the compiler behind it.
+        mine = {k: v for k, v in options.items() if k != "cpp.cxx"}
+        return digest(
+            {
+                "format": CACHE_FORMAT,
+                "toolchain": digest(self.toolchain),
+                "options": mine,
+                "inductor_config": inductor_config,
+                "program": self.program_sha256,
+                "exporter": self.exporter_sha256,
+            }
+        )
+
+
+def _host_cpu() -> str:
+    # -march=native compiles for the CPU's feature flags, not its model name.
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def toolchain_parts(
+    *, device: str, isa: str, target: str, op_library: str, cross: TargetFiles | None
+) -> dict[str, Any]:
+    import torch
+
+    parts: dict[str, Any] = {
+        "format": CACHE_FORMAT,
+        "torch": torch.__version__,
+        "torch_git": torch.version.git_version,
+        "python": sys.version,
+        "op_library_sha256": sha256_file(op_library),
+        "compiler": compiler_identity(),
+        "target": target,
+        "device": device,
+        "isa": isa,
+    }
+    if isa == "native":
+        parts["host_cpu"] = _host_cpu()
+    if device == "cuda":
+        home = os.environ.get("CUDA_HOME", "")
+        nvcc = os.path.join(home, "bin", "nvcc")
+        parts["cuda"] = {
+            "home": home,
+            "nvcc": program_version(nvcc) if os.path.exists(nvcc) else None,
+            "gpu": torch.cuda.get_device_name(),
+            "capability": list(torch.cuda.get_device_capability()),
+            "arch_list": os.environ.get("TORCH_CUDA_ARCH_LIST"),
+        }
+    if cross is not None:
+        parts["cross"] = {
+            "compiler": cross.compiler,
+            "version": program_version(cross.compiler),
+            "compile_flags": cross.compile_flags,
+            "link_flags": cross.link_flags,
+            "op_library_sha256": sha256_file(cross.op_library),
+        }
+    return parts
+
+
+def program_sha256(ep: Any) -> str:
+    import torch
+
+    buf = io.BytesIO()
+    torch.export.save(ep, buf)
+    return hashlib.sha256(buf.getvalue()).hexdigest()
+
+
+def exporter_sha256() -> str:
+    h = hashlib.sha256()
+    names = sorted(glob.glob(os.path.join(_HERE, "export*.py")))
+    names.append(os.path.join(_HERE, "package_contract.json"))
+    for path in names:
+        h.update(os.path.basename(path).encode() + b"\0")
+        with open(path, "rb") as f:
+            h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
+
+
+def inductor_config() -> dict[str, Any]:
+    """Inductor's settings as its own cache keys them, environment variables included."""
+    import torch._inductor.config as config
+
+    return config.save_config_portable()
