@@ -41,6 +41,11 @@ aarch64 bundle ships). Such a package cannot run on this machine, so it is not
 verified here: the aarch64 bundle's tests run it under qemu-aarch64.
 expected_output.pt still holds this machine's eager outputs.
 
+Compile cache: a model exported before, with the same op library, torch,
+compiler, target and options, takes its package from ~/.cache/my_ops/inductor
+(--cache-dir, --no-cache; see export_cache.py) and is verified as usual.
+--profile-compile prints where the compile stage's time went.
+
 Custom models: --model package.module:factory, see deploy/default_model.py for
 the factory protocol.
 """
@@ -54,7 +59,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn
+from typing import Any
 
 # The export's other modules sit beside this file and are imported by name.
 # Running this file as a script puts its folder on sys.path; loading it by
@@ -63,8 +68,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from export_cache import DEFAULT_MAX_MB, Cache, bytecode_in  # noqa: E402
-from export_cache import default_dir as default_cache_dir  # noqa: E402
+from export_cache import Cache, bytecode_in  # noqa: E402
 from export_cache_key import (  # noqa: E402
     CacheKeys,
     exporter_sha256,
@@ -72,16 +76,17 @@ from export_cache_key import (  # noqa: E402
     program_sha256,
     toolchain_parts,
 )
+from export_cli import die, parse_args  # noqa: E402
 from export_compile import (  # noqa: E402
     COMPILE_LOG_ENV,
     cuda_home,
     inductor_options,
     input_signature,
+    keep_precompiled_headers,
     parse_inductor_options,
     write_cxx_wrapper,
 )
 from export_cross import (  # noqa: E402
-    HOST_TARGET,
     TARGETS,
     CrossTarget,
     TargetFiles,
@@ -91,7 +96,6 @@ from export_cross import (  # noqa: E402
     target_files,
 )
 from export_error import (  # noqa: E402
-    EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_USAGE,
     ExportError,
@@ -99,7 +103,6 @@ from export_error import (  # noqa: E402
 )
 from export_manifest import generate_key, load_signing_key, write_manifest  # noqa: E402
 from export_model import (  # noqa: E402
-    DEFAULT_MODEL,
     as_tuple,
     load_factory,
     make_spec,
@@ -112,154 +115,8 @@ from export_output import (  # noqa: E402
     remove_empty,
     remove_work,
 )
-from export_profile import breakdown, format_breakdown, parse_log  # noqa: E402
+from export_profile import print_profile  # noqa: E402
 from export_verify import sample_inputs, verify  # noqa: E402
-
-
-def _die(msg: str, code: int = EXIT_FAILURE) -> NoReturn:
-    print(f"export: error: {msg}", file=sys.stderr)
-    sys.exit(code)
-
-
-def _default_out() -> str:
-    # `bazel run` executes inside the runfiles tree; BUILD_WORKSPACE_DIRECTORY
-    # points back at the source checkout, which is where users expect out/.
-    base = os.environ.get("BUILD_WORKSPACE_DIRECTORY") or os.getcwd()
-    return os.path.join(base, "out")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        # One line, like every other error of this tool.
-        _die(f"{message} (see --help)", EXIT_USAGE)
-
-
-def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = _Parser(
-        prog="export",
-        description="Export a model using my_ops to an AOTInductor package (model.pt2), "
-        "verify it against eager, and write sample_input.pt / expected_output.pt and "
-        "manifest.json (sha256 sums the C++ loader checks).",
-        epilog="Factory protocol: see deploy/default_model.py. Exit status 0 on success, "
-        "2 on bad usage, 3 when --out may not be replaced (nothing is touched), 130 when "
-        "interrupted, 1 on any other failure (one line on stderr).",
-    )
-    p.add_argument(
-        "--out",
-        default=None,
-        metavar="DIR",
-        help="output folder (default: $BUILD_WORKSPACE_DIRECTORY/out, else ./out). It is "
-        "replaced as a whole, so it must be new, empty, or hold a previous export "
-        "(only export files, with this tool's manifest.json); anything else is refused "
-        "untouched",
-    )
-    p.add_argument(
-        "--device",
-        choices=("cpu", "cuda"),
-        default="cpu",
-        help="target device. cuda needs a GPU at export time; its kernels are embedded "
-        "for that GPU's architecture (SASS, and PTX that newer GPUs compile at load time) "
-        "and for the TORCH_CUDA_ARCH_LIST entries above it",
-    )
-    p.add_argument(
-        "--model",
-        default=DEFAULT_MODEL,
-        metavar="MODULE:FACTORY",
-        help="factory returning the model spec (default: the built-in block)",
-    )
-    p.add_argument(
-        "--target",
-        choices=(HOST_TARGET, *TARGETS),
-        default=HOST_TARGET,
-        help="the machine the package runs on (default: linux-x86_64). linux-aarch64 "
-        "cross-compiles for ARM64 (armv8-a with NEON, CPU only); the package is not "
-        "verified here, since it cannot run on this machine",
-    )
-    p.add_argument(
-        "--isa",
-        choices=("portable", "native"),
-        default="portable",
-        help="CPU instruction set: portable = x86-64-v3 (AVX2), native = this "
-        "machine (default: portable)",
-    )
-    p.add_argument(
-        "--max-batch",
-        type=int,
-        default=16,
-        help="largest batch size the package accepts (default: 16)",
-    )
-    p.add_argument(
-        "--inductor-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set one torch._inductor.config option for the compile, e.g. "
-        "aot_inductor.compile_wrapper_opt_level=O0 (repeatable; VALUE is a Python literal, "
-        "else a string). Part of the cache key",
-    )
-    p.add_argument(
-        "--cache-dir",
-        default=None,
-        metavar="DIR",
-        help="compile cache folder (default: $XDG_CACHE_HOME/my_ops/inductor, else "
-        "~/.cache/my_ops/inductor). An unchanged model with the same op library, torch, "
-        "compiler and ISA is not compiled again; delete the folder to clear it",
-    )
-    p.add_argument(
-        "--no-cache",
-        action="store_true",
-        help="compile from nothing and leave no cache behind",
-    )
-    p.add_argument(
-        "--cache-max-mb",
-        type=int,
-        default=DEFAULT_MAX_MB,
-        metavar="MB",
-        help=f"size bound of the cache folder; the least recently used entries are "
-        f"deleted at the end of an export (default: {DEFAULT_MAX_MB})",
-    )
-    p.add_argument(
-        "--profile-compile",
-        action="store_true",
-        help="print where the compile stage's time went: Inductor's code generation, "
-        "precompiled headers, the wrapper and kernel compiles, the link",
-    )
-    p.add_argument(
-        "--signing-key",
-        metavar="KEY",
-        help="sign manifest.json with this Ed25519 private key (PEM, or a raw 32-byte "
-        "seed), writing manifest.sig",
-    )
-    p.add_argument(
-        "--generate-key",
-        metavar="DIR",
-        help="only write a new key pair, DIR/signing_key.pem and DIR/public_key.pem, and exit",
-    )
-    args = p.parse_args(argv)
-    if args.max_batch < 1:
-        p.error("--max-batch must be >= 1")
-    if args.target != HOST_TARGET:
-        if args.device != "cpu":
-            p.error(f"--target {args.target} packages are CPU only (--device cpu)")
-        if args.isa != "portable":
-            p.error(
-                f"--isa {args.isa} is for linux-x86_64; --target {args.target} uses its baseline"
-            )
-    if args.cache_max_mb < 1:
-        p.error("--cache-max-mb must be >= 1")
-    out = args.out or _default_out()
-    # Under `bazel run` the cwd is the runfiles tree; relative paths the user
-    # typed mean their own working directory.
-    user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
-    args.out = os.path.abspath(os.path.join(user_cwd, out))
-    if args.no_cache and args.cache_dir:
-        p.error("--no-cache and --cache-dir contradict each other")
-    args.cache_dir_given = args.cache_dir is not None
-    args.cache_dir = args.cache_dir or default_cache_dir()
-    for name in ("signing_key", "generate_key", "cache_dir"):
-        if getattr(args, name):
-            setattr(args, name, os.path.abspath(os.path.join(user_cwd, getattr(args, name))))
-    return args
 
 
 def _setup_environment(device: str) -> None:
@@ -416,6 +273,7 @@ def _export(
             os.environ["TRITON_CACHE_DIR"] = os.path.join(toolchain, "triton")
             bindir = os.path.join(toolchain, "bin")
         else:
+            toolchain = None
             bindir = os.path.join(tmp, "bin")
         package = os.path.join(stage, "model.pt2")
         cxx, compiler = write_cxx_wrapper(bindir)
@@ -426,6 +284,7 @@ def _export(
             inductor_options(
                 args.device, args.isa, cxx, input_signature(ep), cross=cross is not None
             )
+            | keep_precompiled_headers(os.path.join(toolchain, "headers") if toolchain else None)
             | extra_options
         )
         package_key = keys.package(options, inductor_config()) if keys else None
@@ -439,13 +298,14 @@ def _export(
                 if args.profile_compile:
                     os.environ[COMPILE_LOG_ENV] = log
                 _compile(ep, package, options, cross, cross_files, work)
-                os.environ.pop(COMPILE_LOG_ENV, None)
+                if args.profile_compile:
+                    del os.environ[COMPILE_LOG_ENV]
         if args.profile_compile:
-            _print_profile(log, times["compile"], cached is not None)
+            print_profile(log, times["compile"], hit=cached is not None)
 
         if cross is None:
             with _stage("verify", times):
-                sample = verify(spec, module, package, max_batch, args.device)
+                sample = verify(spec, module, package, max_batch, args.device, options)
         else:
             print(
                 f"verify  ... skipped: a {cross.name} package cannot run on this machine",
@@ -545,40 +405,28 @@ def _cache_note(cache: Cache | None, cached: bytes | None) -> str:
     return "cache hit" if cached is not None else "cache miss"
 
 
-def _print_profile(log: str, seconds: float, hit: bool) -> None:
-    if hit:
-        print("compile profile: nothing compiled (cache hit; --no-cache to profile)")
-        return
-    try:
-        with open(log) as f:
-            text = f.read()
-    except FileNotFoundError:
-        text = ""
-    print(format_breakdown(breakdown(parse_log(text), seconds), seconds), flush=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parse_args(argv)
+    args = parse_args(argv)
     if args.generate_key:
         try:
             for path in generate_key(args.generate_key):
                 print(path)
         except ExportError as e:
-            _die(str(e), e.code)
+            die(str(e), e.code)
         except KeyboardInterrupt:
-            _die("interrupted", EXIT_INTERRUPTED)
+            die("interrupted", EXIT_INTERRUPTED)
         return 0
     t0 = time.perf_counter()
     try:
         times = run(args)
     except ExportError as e:
-        _die(str(e), e.code)
+        die(str(e), e.code)
     except KeyboardInterrupt:
-        _die("interrupted", EXIT_INTERRUPTED)
+        die("interrupted", EXIT_INTERRUPTED)
     except Exception as e:  # noqa: BLE001
         if os.environ.get("MY_OPS_EXPORT_TRACEBACK"):
             raise
-        _die(f"unexpected {first_line(e)} (set MY_OPS_EXPORT_TRACEBACK=1 for the traceback)")
+        die(f"unexpected {first_line(e)} (set MY_OPS_EXPORT_TRACEBACK=1 for the traceback)")
     total = time.perf_counter() - t0
     parts = ", ".join(f"{k} {v:.1f}s" for k, v in times.items())
     print(f"exported in {total:.1f}s ({parts})")
@@ -587,4 +435,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    # A finished export has written, flushed and renamed its output, removed
+    # its temporary files and released the cache's lock; tearing down torch's
+    # modules would add over a second to a 10-second warm export.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -214,6 +214,25 @@ def input_signature(ep: Any) -> str | None:
     return json.dumps(inputs, separators=(",", ":"))
 
 
+def keep_precompiled_headers(folder: str | None) -> dict[str, Any]:
+    """The precompiled-header option, and where Inductor is to keep the headers.
+
+    Precompiling the wrapper's and the kernels' headers takes about 20 s on
+    2 cores and saves about 9 s of each compile that uses them; Inductor puts
+    them in $TMPDIR, which the export deletes. So they are precompiled only
+    when `folder` (in the toolchain's cache entry) can keep them for the next
+    export. Inductor reads the folder from a module attribute at compile time;
+    a torch without it gets no precompiled headers, which is slower only.
+    """
+    from torch._inductor import codecache
+
+    if folder is None or not hasattr(codecache, "_HEADER_DIR"):
+        return {"aot_inductor.precompile_headers": False}
+    codecache._HEADER_DIR = folder
+    codecache._HEADER_LOCK_DIR = os.path.join(folder, "locks")
+    return {"aot_inductor.precompile_headers": True}
+
+
 def inductor_options(
     device: str, isa: str, cxx: str, signature: str | None, *, cross: bool = False
 ) -> dict[str, Any]:
@@ -228,13 +247,6 @@ def inductor_options(
         # checks reject size-1 dims even though the model handles them (the
         # compiler assumes dynamic sizes are >= 2).
         "aot_inductor.check_lowerbound": False,
-        # Inductor would precompile two headers per export (the wrapper's and
-        # the kernels'), about 20 s on 2 cores, into a temporary folder, so no
-        # later export reuses them; the compiles they speed up take 5 s.
-        "aot_inductor.precompile_headers": False,
-        # The wrapper only calls kernels and ops; -O0 compiles it about 30%
-        # faster than the default -O1 (deploy bench: no per-call cost).
-        "aot_inductor.compile_wrapper_opt_level": "O0",
     }
     if signature is not None:
         opts["aot_inductor.metadata"] = {load_contract().input_metadata_key: signature}

@@ -125,11 +125,12 @@ def cpp_only_options() -> dict[str, Any]:
     """Inductor options that make aoti_compile_and_package write C++ instead of a .so.
 
     Caches are off: a cache hit once returned host (scalar) code under the
-    NEON macros.
+    NEON macros. Nothing is compiled here, so no header is precompiled.
     """
     return {
         "aot_inductor.package_cpp_only": True,
         "aot_inductor.model_name_for_generated_files": MODEL_NAME,
+        "aot_inductor.precompile_headers": False,
         "force_disable_caches": True,
     }
 

@@ -89,3 +89,16 @@ def format_breakdown(rows: list[tuple[str, float, int]], stage_seconds: float) -
         runs = f"{count} run{'s' if count != 1 else ''}" if count else ""
         lines.append(f"  {step:<10} {seconds:6.1f}s {share:4.0f}%  {runs:<7} {notes[step]}")
     return "\n".join(lines)
+
+
+def print_profile(log: str, stage_seconds: float, *, hit: bool) -> None:
+    """The table for the wrapper's log at `log` (no file: no compiler ran)."""
+    if hit:
+        print("compile profile: nothing compiled (cache hit; --no-cache to profile)")
+        return
+    try:
+        with open(log) as f:
+            text = f.read()
+    except FileNotFoundError:
+        text = ""
+    print(format_breakdown(breakdown(parse_log(text), stage_seconds), stage_seconds), flush=True)

@@ -221,6 +221,22 @@ def test_inductor_options(device: str, isa: str) -> None:
     assert opts["aot_inductor.metadata"] == {"my_ops.inputs": signature}
 
 
+def test_headers_are_precompiled_only_where_they_are_kept(tmp_path: Path) -> None:
+    export = _load_export()
+    from torch._inductor import codecache
+
+    saved = codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR
+    try:
+        assert export.keep_precompiled_headers(None) == {"aot_inductor.precompile_headers": False}
+        kept = str(tmp_path / "headers")
+        assert export.keep_precompiled_headers(kept) == {"aot_inductor.precompile_headers": True}
+        # Where Inductor's _precompile_header writes them.
+        assert codecache._HEADER_DIR == kept
+        assert codecache._HEADER_LOCK_DIR.startswith(kept)
+    finally:
+        codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR = saved
+
+
 def _exported(module, inputs, dynamic_shapes=None):
     import torch
 

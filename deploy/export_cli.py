@@ -1,0 +1,161 @@
+"""export's command line: its flags, their defaults and checks, and its one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from export_cache import DEFAULT_MAX_MB
+from export_cache import default_dir as default_cache_dir
+from export_cross import HOST_TARGET, TARGETS
+from export_error import EXIT_FAILURE, EXIT_USAGE
+from export_model import DEFAULT_MODEL
+
+
+def die(msg: str, code: int = EXIT_FAILURE) -> NoReturn:
+    print(f"export: error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _default_out() -> str:
+    # `bazel run` executes inside the runfiles tree; BUILD_WORKSPACE_DIRECTORY
+    # points back at the source checkout, which is where users expect out/.
+    base = os.environ.get("BUILD_WORKSPACE_DIRECTORY") or os.getcwd()
+    return os.path.join(base, "out")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        # One line, like every other error of this tool.
+        die(f"{message} (see --help)", EXIT_USAGE)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = _Parser(
+        prog="export",
+        description="Export a model using my_ops to an AOTInductor package (model.pt2), "
+        "verify it against eager, and write sample_input.pt / expected_output.pt and "
+        "manifest.json (sha256 sums the C++ loader checks).",
+        epilog="Factory protocol: see deploy/default_model.py. Exit status 0 on success, "
+        "2 on bad usage, 3 when --out may not be replaced (nothing is touched), 130 when "
+        "interrupted, 1 on any other failure (one line on stderr).",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="output folder (default: $BUILD_WORKSPACE_DIRECTORY/out, else ./out). It is "
+        "replaced as a whole, so it must be new, empty, or hold a previous export "
+        "(only export files, with this tool's manifest.json); anything else is refused "
+        "untouched",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="target device. cuda needs a GPU at export time; its kernels are embedded "
+        "for that GPU's architecture (SASS, and PTX that newer GPUs compile at load time) "
+        "and for the TORCH_CUDA_ARCH_LIST entries above it",
+    )
+    p.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        metavar="MODULE:FACTORY",
+        help="factory returning the model spec (default: the built-in block)",
+    )
+    p.add_argument(
+        "--target",
+        choices=(HOST_TARGET, *TARGETS),
+        default=HOST_TARGET,
+        help="the machine the package runs on (default: linux-x86_64). linux-aarch64 "
+        "cross-compiles for ARM64 (armv8-a with NEON, CPU only); the package is not "
+        "verified here, since it cannot run on this machine",
+    )
+    p.add_argument(
+        "--isa",
+        choices=("portable", "native"),
+        default="portable",
+        help="CPU instruction set: portable = x86-64-v3 (AVX2), native = this "
+        "machine (default: portable)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        default=16,
+        help="largest batch size the package accepts (default: 16)",
+    )
+    p.add_argument(
+        "--inductor-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set one torch._inductor.config option for the compile, e.g. "
+        "aot_inductor.compile_wrapper_opt_level=O0 (repeatable; VALUE is a Python literal, "
+        "else a string). Part of the cache key",
+    )
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        metavar="DIR",
+        help="compile cache folder (default: $XDG_CACHE_HOME/my_ops/inductor, else "
+        "~/.cache/my_ops/inductor). An unchanged model with the same op library, torch, "
+        "compiler and ISA is not compiled again; delete the folder to clear it",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile from nothing and leave no cache behind",
+    )
+    p.add_argument(
+        "--cache-max-mb",
+        type=int,
+        default=DEFAULT_MAX_MB,
+        metavar="MB",
+        help=f"size bound of the cache folder; the least recently used entries are "
+        f"deleted at the end of an export (default: {DEFAULT_MAX_MB})",
+    )
+    p.add_argument(
+        "--profile-compile",
+        action="store_true",
+        help="print where the compile stage's time went: Inductor's code generation, "
+        "precompiled headers, the wrapper and kernel compiles, the link",
+    )
+    p.add_argument(
+        "--signing-key",
+        metavar="KEY",
+        help="sign manifest.json with this Ed25519 private key (PEM, or a raw 32-byte "
+        "seed), writing manifest.sig",
+    )
+    p.add_argument(
+        "--generate-key",
+        metavar="DIR",
+        help="only write a new key pair, DIR/signing_key.pem and DIR/public_key.pem, and exit",
+    )
+    args = p.parse_args(argv)
+    if args.max_batch < 1:
+        p.error("--max-batch must be >= 1")
+    if args.target != HOST_TARGET:
+        if args.device != "cpu":
+            p.error(f"--target {args.target} packages are CPU only (--device cpu)")
+        if args.isa != "portable":
+            p.error(
+                f"--isa {args.isa} is for linux-x86_64; --target {args.target} uses its baseline"
+            )
+    if args.cache_max_mb < 1:
+        p.error("--cache-max-mb must be >= 1")
+    out = args.out or _default_out()
+    # Under `bazel run` the cwd is the runfiles tree; relative paths the user
+    # typed mean their own working directory.
+    user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
+    args.out = os.path.abspath(os.path.join(user_cwd, out))
+    if args.no_cache and args.cache_dir:
+        p.error("--no-cache and --cache-dir contradict each other")
+    args.cache_dir_given = args.cache_dir is not None
+    args.cache_dir = args.cache_dir or default_cache_dir()
+    for name in ("signing_key", "generate_key", "cache_dir"):
+        if getattr(args, name):
+            setattr(args, name, os.path.abspath(os.path.join(user_cwd, getattr(args, name))))
+    return args
