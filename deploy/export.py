@@ -184,7 +184,7 @@ def _open_cache(args: argparse.Namespace) -> Cache | None:
         return None
     cache = Cache(args.cache_dir, args.cache_max_mb << 20)
     try:
-        cache.__enter__()
+        cache.open()
     except OSError as e:
         if args.cache_dir_given:
             raise ExportError(
@@ -205,13 +205,12 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     signing_key = load_signing_key(args.signing_key) if args.signing_key else None
     cross = TARGETS.get(args.target)
     cross_files = target_files(cross) if cross else None
-    cache = _open_cache(args)
-    try:
-        with bytecode_in(cache.bytecode_dir()) if cache else contextlib.nullcontext():
-            return _export(args, cache, signing_key, cross, cross_files)
-    finally:
+    with contextlib.ExitStack() as stack:
+        cache = _open_cache(args)
         if cache is not None:
-            cache.__exit__(None, None, None)
+            stack.callback(cache.close)
+            stack.enter_context(bytecode_in(cache.bytecode_dir()))
+        return _export(args, cache, signing_key, cross, cross_files)
 
 
 def _export(

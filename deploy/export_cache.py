@@ -98,13 +98,21 @@ class Cache:
     _lock_fd: int | None = None
 
     def __enter__(self) -> Cache:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def open(self) -> Cache:
+        """Create the folder if needed and take the shared lock; OSError if it cannot be used."""
         for sub in ("packages", "toolchains", "bytecode"):
             os.makedirs(os.path.join(self.root, sub), exist_ok=True)
         self._lock_fd = os.open(os.path.join(self.root, "lock"), os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(self._lock_fd, fcntl.LOCK_SH)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
+        """Release the lock, evicting first when no other export holds the cache."""
         if self._lock_fd is None:
             return
         fd, self._lock_fd = self._lock_fd, None
@@ -133,7 +141,7 @@ class Cache:
         path = os.path.join(self.root, "toolchains", key[:32])
         if not os.path.isdir(path):
             self._publish(path, {"key.json": json.dumps(key_parts, indent=1, sort_keys=True)})
-        for sub in ("inductor", "triton", "bin", "tmp"):
+        for sub in ("inductor", "triton", "bin"):
             os.makedirs(os.path.join(path, sub), exist_ok=True)
         self._use(path)
         return path

@@ -36,7 +36,10 @@ LOADER_HINTS = {
 
 def plan_export(run: Run) -> list[str]:
     device = "cpu" if run.args.cpu_only else "cuda"
-    return [sys.executable, "deploy/export.py", "--device", device, "--out", str(run.work / EXPORT)]
+    # --no-cache: a package cached on that machine by an earlier export would
+    # skip the very compile this step is here to check.
+    out = str(run.work / EXPORT)
+    return [sys.executable, "deploy/export.py", "--device", device, "--out", out, "--no-cache"]
 
 
 def step_export(run: Run, step: Step) -> None:

@@ -403,6 +403,8 @@ def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path):
     assert any("deploy/loader/main.cpp" in c for c in steps["build"])
     assert "MY_OPS_TEST_DEVICES=cuda " in steps["tests"][0] and " -m pytest " in steps["tests"][0]
     assert " deploy/export.py --device cuda " in steps["export"][0]
+    # The GPU compile itself is under test: no package from an earlier export's cache.
+    assert steps["export"][0].rstrip().endswith(" --no-cache")
     assert sum("/loader --ops " in c for c in steps["loader"]) == 2
     bench = steps["bench"]
     assert len(bench) == 3 and all(" ops/bench.py --device cuda " in c for c in bench)
