@@ -89,6 +89,7 @@ cc_library(
 )
 
 exports_files([
+    "defs.bzl",
     "site-packages/torch/lib/libc10.so",
     "site-packages/torch/lib/libtorch_cpu.so",
     "version.txt",
@@ -231,10 +232,12 @@ def _requirement_names(lock_content):
             names.append(line.split("==")[0].split("[")[0].strip())
     return names
 
-def _spoke(hub_label, name):
-    # rules_python names each wheel's repository <hub>_<sanitized name>.
+def _wheel_repository(prefix, name):
+    # An apparent name, resolved through the main module's use_repo(pip, ...):
+    # a wheel repository missing there is Bazel's "no repo visible" error,
+    # never a guess at another module's canonical repository name.
     sanitized = name.replace("-", "_").replace(".", "_").lower()
-    return Label("@@{}_{}//:BUILD.bazel".format(hub_label.workspace_name, sanitized))
+    return Label("@{}{}//:BUILD.bazel".format(prefix, sanitized))
 
 def _libtorch_extension_impl(module_ctx):
     for mod in module_ctx.modules:
@@ -244,8 +247,8 @@ def _libtorch_extension_impl(module_ctx):
                 fail("libtorch: {} does not pin torch".format(tag.requirements_lock))
             libtorch_repository(
                 name = tag.name,
-                torch_wheel = _spoke(tag.hub, "torch"),
-                cuda_wheels = [_spoke(tag.hub, n) for n in names if n.startswith("nvidia-")],
+                torch_wheel = _wheel_repository(tag.wheel_repository_prefix, "torch"),
+                cuda_wheels = [_wheel_repository(tag.wheel_repository_prefix, n) for n in names if n.startswith("nvidia-")],
             )
         for tag in mod.tags.wheels:
             if len(tag.urls) != len(tag.sha256s):
@@ -253,9 +256,14 @@ def _libtorch_extension_impl(module_ctx):
             libtorch_wheels_repository(name = tag.name, urls = tag.urls, sha256s = tag.sha256s)
 
 _from_pip = tag_class(attrs = {
-    "hub": attr.label(mandatory = True, doc = "Any label in the pip.parse hub, for example '@pypi//:BUILD.bazel'."),
     "name": attr.string(default = "libtorch"),
     "requirements_lock": attr.label(mandatory = True),
+    "wheel_repository_prefix": attr.string(
+        mandatory = True,
+        doc = "What the pip extension's wheel repositories are named, before the wheel's name: " +
+              "'pypi_' for rules_python 0.22.1's @pypi_torch. The main module use_repo()s torch's " +
+              "and each nvidia wheel's repository under these names.",
+    ),
 })
 
 _wheels = tag_class(attrs = {

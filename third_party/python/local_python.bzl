@@ -10,7 +10,7 @@ _WANT = (3, 11)
 _PROBE = "import sys; print(sys.version_info[0], sys.version_info[1], sys.version_info[2]); print(sys.executable)"
 
 _BUILD = """\
-load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
+load("@rules_python//python:defs.bzl", "py_runtime", "py_runtime_pair")
 
 exports_files(["python3"])
 
@@ -29,7 +29,7 @@ py_runtime_pair(
 toolchain(
     name = "toolchain",
     toolchain = ":runtime_pair",
-    toolchain_type = "@bazel_tools//tools/python:toolchain_type",
+    toolchain_type = "@rules_python//python:toolchain_type",
 )
 """
 
