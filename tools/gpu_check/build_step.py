@@ -17,12 +17,22 @@ from pathlib import Path
 from check_run import ROOT, Job, Run, Step
 
 FLAGS_FILE = "tools/torch/kernel_flags.bzl"
-CUDA_TOOLKIT = "tools/cuda/private/cuda_toolkit.py"
+CUDA_TOOLKIT = "third_party/rules_cuda/cuda/private/cuda_toolkit.py"
 KINDS = {"cpp": ["*.cpp"], "cu": ["*.cu"], "hdr": ["*.h", "*.cuh"]}
 SYSTEM_INCLUDES = (Path("/usr/include"), Path("/usr/local/include"))
 LIBRARY = "libmy_ops.so"
 # Where the search looks after nvcc on PATH (/usr/local/cuda); tests point it elsewhere.
 DEFAULT_ROOT_VAR = "GPU_CHECK_DEFAULT_CUDA_ROOT"
+
+
+def cuda_toolkit_script() -> Path:
+    """The toolkit search @cuda's repository rule runs: in a checkout, under third_party/.
+
+    Under `bazel run` and `bazel test` it is in @rules_cuda's runfiles folder instead, which
+    the BUILD file names in GPU_CHECK_CUDA_TOOLKIT_PY (relative to the runfiles root).
+    """
+    in_runfiles = os.environ.get("GPU_CHECK_CUDA_TOOLKIT_PY")
+    return ROOT.parent / in_runfiles if in_runfiles else ROOT / CUDA_TOOLKIT
 
 
 def find_sources(root: Path = ROOT) -> dict[str, list[str]]:
@@ -146,7 +156,7 @@ def find_toolkit(run: Run, torch_dir: Path) -> tuple[dict, Cudart]:
     """cuda_toolkit.py's findings (searching torch's site-packages for a pip toolkit last),
     and the cudart to link; sets run.cuda_home, which every later command gets."""
     sites = site_packages(torch_dir)
-    cmd = [sys.executable, str(ROOT / CUDA_TOOLKIT), "--overlay", str(run.work / "overlay")]
+    cmd = [sys.executable, str(cuda_toolkit_script()), "--overlay", str(run.work / "overlay")]
     cmd += [a for sp in sites for a in ("--site-packages", str(sp))]
     if os.environ.get(DEFAULT_ROOT_VAR):
         cmd += ["--default-root", os.environ[DEFAULT_ROOT_VAR]]

@@ -30,7 +30,9 @@ SCRATCH = Path(os.environ.get("TEST_TMPDIR") or "/tmp")
 SUBSET = "test_class or test_opcheck"
 
 sys.path.insert(0, str(SCRIPT.parent))
-sys.path.insert(0, str(ROOT / "tools/cuda/private"))
+from build_step import cuda_toolkit_script  # noqa: E402
+
+sys.path.insert(0, str(cuda_toolkit_script().parent))
 import cuda_toolkit  # noqa: E402
 from bench_step import bench_verdict  # noqa: E402
 from build_step import (  # noqa: E402
@@ -229,7 +231,7 @@ def test_toolkit_search_details(tmp_path):
 def test_toolkit_script_takes_site_packages_and_default_root(tmp_path):
     site = tmp_path / "site-packages"
     wheel = _toolkit(site / "nvidia/cu13", "13.1")
-    cmd = [sys.executable, str(ROOT / "tools/cuda/private/cuda_toolkit.py")]
+    cmd = [sys.executable, str(cuda_toolkit_script())]
     cmd += ["--default-root", str(tmp_path / "none"), "--site-packages", str(site)]
     env = {"PATH": str(tmp_path)}  # no nvcc there, no $CUDA_HOME
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True)

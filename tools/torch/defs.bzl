@@ -2,8 +2,8 @@
 
 load("@libtorch//:defs.bzl", "torch_runtime_linkopts")
 load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
+load("@rules_cuda//cuda:defs.bzl", "cuda_library", "requires_cuda")
 load("//tools/cc:sanitizers.bzl", "sanitizer_deps")
-load("//tools/cuda:defs.bzl", "CUDA_AVAILABLE", "cuda_library")
 load(":kernel_flags.bzl", "TORCH_CPU_KERNEL_COPTS", "TORCH_CPU_KERNEL_COPTS_AARCH64", "TORCH_NVCC_COPTS", "TORCH_OP_LIBRARY_LINKOPTS")
 
 # The files an op library compiles or includes, per folder. tools/gpu_check
@@ -23,11 +23,12 @@ def torch_op_library(name, ops, registration = "registration.cpp", common = "com
     package that holds such files must be `common` or listed in `ops`, so a
     build that takes every folder (tools/gpu_check) compiles the same files.
 
-    Targets: lib<name>.so (the shared library), <name>_cpu and, when a CUDA
-    toolkit is present, <name>_cuda; <name>_srcs, every file they compile or
-    include. For linux-aarch64 (--config=aarch64 or a transition) the library
-    holds the CPU kernels only: the CUDA part would need the aarch64 (sbsa)
-    CUDA toolkit.
+    Targets: lib<name>.so (the shared library), <name>_cpu, <name>_cuda;
+    <name>_srcs, every file they compile or include. <name>_cuda is
+    incompatible (skipped) without a CUDA toolkit, with
+    --@rules_cuda//cuda:enable=false, and for linux-aarch64 (--config=aarch64
+    or a transition), where the CUDA part would need the aarch64 (sbsa) CUDA
+    toolkit; the library then holds the CPU kernels only.
 
     Args:
       name: library name; the shared library is lib<name>.so.
@@ -62,26 +63,24 @@ def torch_op_library(name, ops, registration = "registration.cpp", common = "com
         deps = ["//third_party/libtorch:torch_cpu"],
         alwayslink = True,
     )
-    backends = [":" + name + "_cpu"]
-    if CUDA_AVAILABLE:
-        cuda_library(
-            name = name + "_cuda",
-            srcs = cuda_srcs,
-            hdrs = headers + cuda_hdrs,
-            copts = TORCH_NVCC_COPTS,
-            deps = ["@libtorch//:torch_cuda"],
-            alwayslink = True,
-            target_compatible_with = ["@platforms//cpu:x86_64"],
-        )
-        backends.append(":" + name + "_cuda")
+    cuda_library(
+        name = name + "_cuda",
+        srcs = cuda_srcs,
+        hdrs = headers + cuda_hdrs,
+        copts = TORCH_NVCC_COPTS,
+        deps = ["@libtorch//:torch_cuda"],
+        alwayslink = True,
+        target_compatible_with = ["@platforms//cpu:x86_64"] + requires_cuda(),
+    )
     cc_binary(
         name = "lib" + name + ".so",
         linkshared = True,
         linkopts = TORCH_OP_LIBRARY_LINKOPTS,
         visibility = visibility,
-        deps = select({
-            Label("@platforms//cpu:aarch64"): [":" + name + "_cpu"],
-            "//conditions:default": backends,
+        # The same conditions as <name>_cuda's target_compatible_with.
+        deps = [":" + name + "_cpu"] + select({
+            Label("//tools/torch:cuda_kernels"): [":" + name + "_cuda"],
+            "//conditions:default": [],
         }),
     )
 

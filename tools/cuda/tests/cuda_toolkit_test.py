@@ -1,4 +1,4 @@
-"""cuda_toolkit.py, the toolkit search and rsqrt overlay @local_cuda and tools/gpu_check share.
+"""cuda_toolkit.py, the toolkit search and rsqrt overlay @cuda and tools/gpu_check share.
 
 Runs it on a fake toolkit: no machine here has CUDA 13.0 with glibc >= 2.42 for sure.
 """
@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 _RUNFILES = os.environ.get("TEST_SRCDIR")
-HERE = Path(_RUNFILES) / "_main/tools/cuda/tests" if _RUNFILES else Path(__file__).parent
-SCRIPT = HERE.parent / "private/cuda_toolkit.py"
+if _RUNFILES:
+    SCRIPT = Path(_RUNFILES) / os.environ["CUDA_TOOLKIT_PY"]
+else:
+    SCRIPT = Path(__file__).parents[3] / "third_party/rules_cuda/cuda/private/cuda_toolkit.py"
 
 MATH_FUNCTIONS = """\
 extern __DEVICE_FUNCTIONS_DECL__ __device_builtin__ double                 rsqrt(double x);

@@ -10,7 +10,7 @@ Prints one JSON object: root (null without a toolkit), how it was found, nvcc, v
 host's glibc, overlay (DIR, or null when this nvcc needs none), overlay_min_glibc,
 host_needs_overlay (whether a compile against the host's glibc needs it), warnings.
 
-@local_cuda's repository rule (toolkit.bzl) runs it with the build's Python, and
+@cuda's repository rule (repositories.bzl) runs it with the host's python3, and
 tools/gpu_check, which builds without Bazel, runs it with its own, so both find the same
 toolkit and patch the same header. Standard library only.
 """
@@ -136,7 +136,7 @@ def write_rsqrt_overlay(include_dir: Path, overlay: Path) -> None:
     if patched.count("__THROW") < original.count("__THROW") + len(_RSQRT_DECLS):
         raise SystemExit(
             "crt/math_functions.h no longer matches the rsqrt patch; "
-            "update tools/cuda/private/cuda_toolkit.py"
+            "update third_party/rules_cuda/cuda/private/cuda_toolkit.py"
         )
     (overlay / "crt/math_functions.h").write_text(patched)
 

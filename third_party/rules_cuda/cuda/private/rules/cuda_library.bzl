@@ -1,4 +1,4 @@
-"""`cuda_library`: compiles .cu sources with nvcc and returns CcInfo.
+"""`cuda_library` and `cuda_objects`: compile .cu sources with nvcc.
 
 The objects are position-independent, so they link into shared libraries
 (such as a PyTorch op library) as well as into binaries. Host code is
@@ -8,7 +8,7 @@ compiled by the C++ toolchain's compiler, passed to nvcc with -ccbin.
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain", "use_cpp_toolchain")
 load("@rules_cc//cc/common:cc_common.bzl", "cc_common")
 load("@rules_cc//cc/common:cc_info.bzl", "CcInfo")
-load(":providers.bzl", "CudaArchsInfo", "CudaToolkitInfo")
+load("//cuda/private:providers.bzl", "CudaArchsInfo", "CudaInfo", "CudaToolkitInfo")
 
 _OPT_FLAGS = {
     "dbg": ["-g", "-O0"],
@@ -16,16 +16,14 @@ _OPT_FLAGS = {
     "opt": ["-O3", "-DNDEBUG"],
 }
 
-def _gencode_flags(archs):
+def _gencode_flags(arch_specs):
+    # One -gencode per (PTX architecture, code) pair, as upstream's nvcc
+    # toolchain writes them; no specs means nvcc's default architecture.
     flags = []
-    archs = sorted(archs, key = lambda arch: int(arch[len("sm_"):].rstrip("a")))
-    for arch in archs:
-        number = arch[len("sm_"):]
-        flags.append("-gencode=arch=compute_{n},code=sm_{n}".format(n = number))
-
-    # PTX for the newest architecture lets newer GPUs JIT-compile the kernels.
-    newest = archs[-1][len("sm_"):]
-    flags.append("-gencode=arch=compute_{n},code=compute_{n}".format(n = newest))
+    for spec in arch_specs:
+        for stage2 in spec.stage2_archs:
+            kind = "compute" if stage2.virtual else ("lto" if stage2.lto else "sm")
+            flags.append("-gencode=arch=compute_{},code={}_{}".format(spec.stage1_arch, kind, stage2.arch))
     return flags
 
 def _include_flags(compilation_context, overlay_include):
@@ -81,16 +79,12 @@ def _sysroot_flags(cc_toolchain):
             flags += ["-isystem", d]
     return flags
 
-def _cuda_library_impl(ctx):
+def _compile(ctx, cc_toolchain):
+    """Compiles ctx.files.srcs; returns (merged compilation context, dependencies' CcInfo, PIC objects)."""
     toolkit = ctx.attr._toolkit[CudaToolkitInfo]
-    archs = ctx.attr._archs[CudaArchsInfo].archs
-    cc_toolchain = find_cpp_toolchain(ctx)
-    feature_configuration = cc_common.configure_features(
-        ctx = ctx,
-        cc_toolchain = cc_toolchain,
-        requested_features = ctx.features,
-        unsupported_features = ctx.disabled_features,
-    )
+    if not toolkit.nvcc:
+        fail("{}: no CUDA toolkit was found (see @cuda//:README); add requires_cuda() to target_compatible_with so that such builds skip it".format(ctx.label))
+    arch_specs = ctx.attr._archs[CudaArchsInfo].arch_specs
 
     # Like cc_library: #include "pkg/file.h" resolves from the repository root.
     repo_root = ctx.label.workspace_root or "."
@@ -107,7 +101,7 @@ def _cuda_library_impl(ctx):
     common = ["-x", "cu", "-std=c++20", "-ccbin", cc_toolchain.compiler_executable]
     common += ["-Xcompiler", "-fPIC"]
     common += _OPT_FLAGS.get(ctx.var["COMPILATION_MODE"], [])
-    common += _gencode_flags(archs)
+    common += _gencode_flags(arch_specs)
     overlay_include = _overlay_include(cc_toolchain, toolkit)
     common += _include_flags(compilation_context, overlay_include)
     common += ["-D" + d for d in compilation_context.defines.to_list()]
@@ -144,7 +138,23 @@ def _cuda_library_impl(ctx):
             use_default_shell_env = True,
         )
         objects.append(obj)
+    return compilation_context, dep_infos, objects
 
+def _dep_objects(ctx):
+    return [obj for dep in ctx.attr.deps if CudaInfo in dep for obj in dep[CudaInfo].pic_objects.to_list()]
+
+def _cuda_library_impl(ctx):
+    cc_toolchain = find_cpp_toolchain(ctx)
+    feature_configuration = cc_common.configure_features(
+        ctx = ctx,
+        cc_toolchain = cc_toolchain,
+        requested_features = ctx.features,
+        unsupported_features = ctx.disabled_features,
+    )
+    compilation_context, dep_infos, objects = _compile(ctx, cc_toolchain)
+
+    # cuda_objects dependencies are linked here, as upstream's cuda_library does.
+    objects = objects + _dep_objects(ctx)
     linking_context, _ = cc_common.create_linking_context_from_compilation_outputs(
         actions = ctx.actions,
         name = ctx.label.name,
@@ -163,28 +173,50 @@ def _cuda_library_impl(ctx):
         CcInfo(compilation_context = compilation_context, linking_context = linking_context),
     ]
 
+def _cuda_objects_impl(ctx):
+    compilation_context, _, objects = _compile(ctx, find_cpp_toolchain(ctx))
+    return [
+        DefaultInfo(files = depset(objects)),
+        CcInfo(compilation_context = compilation_context),
+        CudaInfo(
+            defines = compilation_context.defines,
+            objects = depset(),
+            pic_objects = depset(objects, transitive = [dep[CudaInfo].pic_objects for dep in ctx.attr.deps if CudaInfo in dep]),
+        ),
+    ]
+
+_COMMON_ATTRS = {
+    "srcs": attr.label_list(allow_files = [".cu"], doc = "CUDA sources."),
+    "hdrs": attr.label_list(allow_files = [".h", ".hpp", ".cuh"], doc = "Headers of this library."),
+    "deps": attr.label_list(providers = [[CcInfo], [CudaInfo]], doc = "cc_library, cuda_library or cuda_objects targets."),
+    "copts": attr.string_list(doc = "Extra nvcc flags, for example ['--expt-relaxed-constexpr']."),
+    "defines": attr.string_list(doc = "Defines for this library and its dependents."),
+    "local_defines": attr.string_list(doc = "Defines for this library only."),
+    "_archs": attr.label(default = "//cuda:archs", providers = [CudaArchsInfo]),
+    "_cc_toolchain": attr.label(default = "@bazel_tools//tools/cpp:current_cc_toolchain"),
+    "_nvcc_stable_symbols": attr.label(
+        default = "//cuda/private:nvcc_stable_symbols.sh",
+        allow_single_file = True,
+        executable = True,
+        cfg = "exec",
+    ),
+    "_toolkit": attr.label(default = "@cuda//:toolkit", providers = [CudaToolkitInfo]),
+}
+
 cuda_library = rule(
     implementation = _cuda_library_impl,
     doc = "Compiles CUDA sources with nvcc into a library that cc_* rules can depend on.",
-    attrs = {
-        "srcs": attr.label_list(allow_files = [".cu"], doc = "CUDA sources."),
-        "hdrs": attr.label_list(allow_files = [".h", ".hpp", ".cuh"], doc = "Headers of this library."),
-        "deps": attr.label_list(providers = [CcInfo], doc = "cc_library or cuda_library targets."),
-        "copts": attr.string_list(doc = "Extra nvcc flags, for example ['--expt-relaxed-constexpr']."),
-        "defines": attr.string_list(doc = "Defines for this library and its dependents."),
-        "local_defines": attr.string_list(doc = "Defines for this library only."),
-        "alwayslink": attr.bool(doc = "Keep every object in a link, for static registrations."),
-        "_archs": attr.label(default = "//tools/cuda:archs_info", providers = [CudaArchsInfo]),
-        "_cc_toolchain": attr.label(default = "@bazel_tools//tools/cpp:current_cc_toolchain"),
-        "_nvcc_stable_symbols": attr.label(
-            default = "//tools/cuda/private:nvcc_stable_symbols.sh",
-            allow_single_file = True,
-            executable = True,
-            cfg = "exec",
-        ),
-        "_toolkit": attr.label(default = "@local_cuda//:toolkit", providers = [CudaToolkitInfo]),
-    },
+    attrs = dict(_COMMON_ATTRS, alwayslink = attr.bool(doc = "Keep every object in a link, for static registrations.")),
     fragments = ["cpp"],
     toolchains = use_cpp_toolchain(),
     provides = [CcInfo],
+)
+
+cuda_objects = rule(
+    implementation = _cuda_objects_impl,
+    doc = "Compiles CUDA sources into objects that a cuda_library links; provides their headers as CcInfo.",
+    attrs = _COMMON_ATTRS,
+    fragments = ["cpp"],
+    toolchains = use_cpp_toolchain(),
+    provides = [CcInfo, CudaInfo],
 )
