@@ -41,11 +41,11 @@ def _toolkit(root: Path, version: str, math_functions: str = MATH_FUNCTIONS) -> 
     return root
 
 
-def _run(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     # No nvcc on PATH: only the variables under test point at a toolkit.
     env = {"PATH": "/bin:/usr/bin"} | env
     overlay = tmp_path / "overlay"
-    cmd = [sys.executable, str(SCRIPT), "--overlay", str(overlay)]
+    cmd = [sys.executable, str(SCRIPT), "--overlay", str(overlay), *args]
     return subprocess.run(cmd, capture_output=True, text=True, env=env)
 
 
@@ -99,3 +99,19 @@ def test_cuda_path_without_nvcc_is_a_warning_and_the_search_goes_on(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", *sys.argv[1:]]))
+
+
+def test_toolkit_path_is_the_only_place_looked_at(tmp_path):
+    # The toolchain extension's toolkit_path: the variables' toolkit is not taken instead.
+    chosen = _toolkit(tmp_path / "chosen", "12.8")
+    other = _toolkit(tmp_path / "other", "13.0")
+    proc = _run(tmp_path, {"CUDA_PATH": str(other)}, "--toolkit-path", str(chosen))
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert (info["root"], info["how"], info["version"]) == (str(chosen), "toolkit_path", "12.8")
+
+    proc = _run(tmp_path, {"CUDA_PATH": str(other)}, "--toolkit-path", str(tmp_path / "nothing"))
+    assert proc.returncode == 0, proc.stderr
+    info = json.loads(proc.stdout)
+    assert info["root"] is None and info["nvcc"] is None
+    assert info["warnings"] == [f"toolkit_path {tmp_path / 'nothing'} has no bin/nvcc"]

@@ -155,11 +155,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--default-root", type=Path, default=DEFAULT_ROOT, help=f"default: {DEFAULT_ROOT}"
     )
+    p.add_argument(
+        "--toolkit-path",
+        type=Path,
+        help="this toolkit only, no search (the toolchain extension's toolkit_path)",
+    )
     args = p.parse_args(argv)
     warnings: list[str] = []
-    root, how = find_root(
-        warnings, default_root=args.default_root, site_packages=args.site_packages
-    )
+    if args.toolkit_path:
+        found = (args.toolkit_path / "bin/nvcc").exists()
+        if not found:
+            warnings.append(f"toolkit_path {args.toolkit_path} has no bin/nvcc")
+        root, how = (args.toolkit_path, "toolkit_path") if found else (None, None)
+    else:
+        root, how = find_root(
+            warnings, default_root=args.default_root, site_packages=args.site_packages
+        )
     info = {"root": None, "how": None, "nvcc": None, "version": None, "overlay": None}
     if root is not None:
         nvcc = root / "bin/nvcc"

@@ -1,8 +1,8 @@
 """The @cuda repository: the CUDA toolkit on the host, found the way upstream's local toolkit is.
 
-Search order: the toolkit tag's toolkit_path, then $CUDA_PATH, $CUDA_HOME,
-nvcc on PATH (asking nvcc where it lives, since it may be a wrapper), then
-/usr/local/cuda. Without a toolkit the repository still exists,
+The toolkit tag's toolkit_path, when set, is the only place looked at.
+Otherwise the search is $CUDA_PATH, $CUDA_HOME, nvcc on PATH (asking nvcc
+where it lives, since it may be a wrapper), then /usr/local/cuda. Without a toolkit the repository still exists,
 @cuda//:valid_toolchain_found is False, requires_cuda() makes CUDA targets
 incompatible (skipped by `bazel test //...`), and one line in @cuda//:README
 says why. Whether the host has a GPU is not this repository's concern.
@@ -42,14 +42,10 @@ def _inspect_toolkit(rctx):
     python = rctx.which("python3")
     if not python:
         fail("@cuda: python3 is not on PATH; the toolkit search ({}) needs it".format(_CUDA_TOOLKIT_PY.name))
-    environment = {}
+    command = [python, rctx.path(_CUDA_TOOLKIT_PY), "--overlay", rctx.path("overlay")]
     if rctx.attr.toolkit_path:
-        # cuda_toolkit.py searches $CUDA_PATH first.
-        environment["CUDA_PATH"] = rctx.attr.toolkit_path
-    result = rctx.execute(
-        [python, rctx.path(_CUDA_TOOLKIT_PY), "--overlay", rctx.path("overlay")],
-        environment = environment,
-    )
+        command += ["--toolkit-path", rctx.attr.toolkit_path]
+    result = rctx.execute(command)
     if result.return_code != 0:
         fail("@cuda: {} failed: {}".format(_CUDA_TOOLKIT_PY.name, result.stderr or result.stdout))
     return json.decode(result.stdout)
@@ -59,7 +55,9 @@ def _cuda_toolkit_impl(rctx):
     notes = "".join(["Note: {}.\n".format(w) for w in info["warnings"]])
     if info["root"] == None:
         # buildifier: disable=print
-        print("WARNING: no CUDA toolkit found (toolkit_path, $CUDA_PATH, $CUDA_HOME, nvcc on PATH, /usr/local/cuda): CUDA targets are skipped and the build is CPU-only.")
+        print("WARNING: no CUDA toolkit found ({}): CUDA targets are skipped and the build is CPU-only.".format(
+            rctx.attr.toolkit_path or "$CUDA_PATH, $CUDA_HOME, nvcc on PATH, /usr/local/cuda",
+        ))
         rctx.file("BUILD.bazel", _BUILD.format(found = False, host_glibc = "", nvcc = "", overlay_include = "", overlay_min_glibc = "", version = ""))
         rctx.file("README", "No CUDA toolkit: CUDA targets are incompatible.\n" + notes)
         return
