@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <set>
 
 #include "deploy/loader/failure.h"
 #include "deploy/loader/file_io.h"
@@ -35,7 +36,8 @@ the current folder (under `bazel run`, to the folder it was started from).
   --input FILE      torch.save file holding a tensor or a tuple/list of tensors.
   --output FILE     written with torch.save as a tuple of tensors; created
                     atomically (a new temporary file beside it, then rename),
-                    never left partial.
+                    never left partial. Refused if it exists and is not a
+                    regular file (a device, a FIFO) or is a file the run reads.
   --manifest FILE   the package's manifest (default: manifest.json beside the
                     package). Before anything is loaded, the package and every
                     op library must match its sha256 sums, its torch version
@@ -59,21 +61,32 @@ the current folder (under `bazel run`, to the folder it was started from).
                     256), i.e. how many runs may execute concurrently.
   --max-unpacked-mib M  refuse a package whose entries unpack to more than M
                     MiB in all (default 32768): a zip bomb stops here.
-  --max-input-mib M refuse an input or --expect file over M MiB (default 1024).
+  --max-input-mib M refuse an input or --expect file over M MiB (default 1024),
+                    by its size, before reading it.
   -h, --help        show this help.
+
+Every flag but --ops is given at most once. Temporary folders that killed
+loaders left behind (each holds a lock while its loader runs) are removed
+when a loader starts.
 
 Exit status (one line on stderr for every error):
   0  success
-  1  any other error (including a failure inside the model)
-  2  bad command line
+  1  any other error (including a failure inside the model, a temporary
+     folder on a noexec file system, a write to a closed standard output)
+  2  bad command line (also a flag given twice, or one op library twice)
   3  op library missing, unreadable, a symbolic link, or cannot be loaded
   4  package file missing, unreadable or a symbolic link
   5  package corrupt or not an AOTInductor package (not a zip, truncated,
-     unsafe entry names, too large unpacked, no model inside, cannot be loaded)
+     unsafe entry names, a zip64 record that disagrees with the classic one,
+     two entries of one name, overlapping entries, too large unpacked, no
+     compiled model inside, compiler or linker flags inside, cannot be loaded)
   6  input (or --expect) file missing, unreadable, not a regular file, too
-     large, or not tensors
-  7  wrong number of inputs, or an input with the wrong dtype/rank/shape
-  8  output file cannot be written
+     large, not tensors, a pickle protocol other than 2, or a storage record
+     of another size than data.pkl declares
+  7  wrong number of inputs (a file of more tensors than the reader takes
+     included), or an input with the wrong dtype/rank/shape
+  8  output file cannot be written, exists and is not a regular file, or is a
+     file the run reads
   9  outputs differ from --expect
   10  package integrity: manifest missing, malformed or badly signed, or the
       package, an op library, the torch version or the CPU does not match it
@@ -117,6 +130,7 @@ bool is_file(const std::string& path) {
 
 Options parse_args(int argc, const char* const* argv) {
   Options o;
+  std::set<std::string> seen;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -135,6 +149,10 @@ Options parse_args(int argc, const char* const* argv) {
       if (i + 1 >= argc) fail(kUsage, a + " needs a value");
       return argv[++i];
     };
+    // Only --ops takes a list; for any other flag a second value would silently win.
+    if (a.rfind("--", 0) == 0 && a != "--ops" && !seen.insert(a).second) {
+      fail(kUsage, a + " is given more than once");
+    }
     if (a == "--ops") {
       o.ops.push_back(next());
     } else if (a == "--package") {

@@ -8,6 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "deploy/loader/failure.h"
@@ -29,6 +32,20 @@ void UniqueFd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
 }
+
+namespace {
+
+// Each with a descriptor that stays open until the process ends, so that no other file can
+// get its inode meanwhile (a deleted file's inode is reused).
+std::mutex g_read_files_mutex;
+std::set<std::pair<dev_t, ino_t>> g_read_files;  // guarded by g_read_files_mutex
+
+bool is_read_file(const struct stat& st) {
+  std::lock_guard<std::mutex> lock(g_read_files_mutex);
+  return g_read_files.count({st.st_dev, st.st_ino}) > 0;
+}
+
+}  // namespace
 
 UniqueFd open_regular_file(const std::string& path, const FileRole& role, bool* missing) {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK));
@@ -52,6 +69,12 @@ UniqueFd open_regular_file(const std::string& path, const FileRole& role, bool* 
   }
   if (!S_ISREG(st.st_mode)) {
     fail(role.invalid_code, std::string(role.what) + " " + path + " is not a regular file");
+  }
+  {
+    std::lock_guard<std::mutex> lock(g_read_files_mutex);
+    if (g_read_files.emplace(st.st_dev, st.st_ino).second) {
+      (void)::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0);
+    }
   }
   int flags = ::fcntl(fd.get(), F_GETFL);
   if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
@@ -111,6 +134,23 @@ bool read_at(int fd, uint64_t offset, void* buf, size_t n) {
   return true;
 }
 
+bool read_exactly(int fd, void* buf, size_t n) {
+  auto* p = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t got = ::read(fd, p, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  char extra = 0;
+  ssize_t got = 0;
+  do {
+    got = ::read(fd, &extra, 1);
+  } while (got < 0 && errno == EINTR);
+  return got == 0;
+}
+
 int write_all(int fd, const void* data, size_t n) {
   const auto* p = static_cast<const char*>(data);
   while (n > 0) {
@@ -141,7 +181,15 @@ std::string base_name(const std::string& path) {
 
 std::optional<std::string> output_problem(const std::string& path) {
   struct stat st{};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return "is a folder";
+  // lstat: the rename replaces the name itself, so a symbolic link there is replaced, never
+  // followed, whatever it points at.
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return "is a folder";
+    if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+      return "exists and is not a regular file (a device, a FIFO or a socket)";
+    }
+    if (is_read_file(st)) return "is a file this run reads";
+  }
   const std::string dir = dir_name(path);
   if (::stat(dir.c_str(), &st) != 0) return "its folder " + dir + " does not exist";
   if (!S_ISDIR(st.st_mode)) return dir + " is not a folder";
@@ -172,7 +220,10 @@ void write_file_atomically(const std::string& path, std::string_view data,
                            const std::function<void(const std::string*)>& on_temp) {
   const mode_t mode = default_file_mode();
   const std::string dir = dir_name(path);
-  std::string tmpl = dir + "/." + base_name(path) + ".XXXXXX";
+  if (auto problem = output_problem(path)) {
+    fail(kOutputUnwritable, "cannot write output " + path + ": " + *problem);
+  }
+  std::string tmpl = dir + "/.loader.XXXXXX";
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
   auto unwritable = [&](int err) {
@@ -190,6 +241,11 @@ void write_file_atomically(const std::string& path, std::string_view data,
   if (int err = write_all(fd.get(), data.data(), data.size()); err != 0) give_up(err);
   if (::fchmod(fd.get(), mode) != 0 || ::fsync(fd.get()) != 0) give_up(errno);
   if (::close(fd.release()) != 0) give_up(errno);
+  if (auto problem = output_problem(path)) {
+    ::unlink(tmp.c_str());
+    if (on_temp) on_temp(nullptr);
+    fail(kOutputUnwritable, "cannot write output " + path + ": " + *problem);
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) give_up(errno);
   if (on_temp) on_temp(nullptr);
   // The rename is durable once the folder's entry is on disk too.

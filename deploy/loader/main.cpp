@@ -5,9 +5,12 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -17,7 +20,9 @@
 #include "deploy/loader/file_io.h"
 #include "deploy/loader/private_dir.h"
 #include "deploy/loader/runner.h"
+#include "deploy/loader/stage.h"
 #include "deploy/loader/tensor_io.h"
+#include "deploy/loader/text.h"
 #include "deploy/loader/verified_copy.h"
 #include "deploy/loader/verify.h"
 
@@ -31,6 +36,12 @@ std::string exe_path() {
   std::vector<char> buf(4096);
   ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
   return n > 0 ? std::string(buf.data(), static_cast<size_t>(n)) : std::string("./loader");
+}
+
+void check_output(const std::string& path) {
+  if (auto problem = output_problem(path)) {
+    fail(kOutputUnwritable, "cannot write output " + path + ": " + *problem);
+  }
 }
 
 std::string env_or_empty(const char* name) {
@@ -48,10 +59,9 @@ int run(int argc, char** argv) {
   if (opt.ops.empty()) {
     opt.ops.push_back(default_op_library(exe_path(), env_or_empty("RUNFILES_DIR")));
   }
-  if (auto problem = output_problem(opt.output)) {
-    fail(kOutputUnwritable, "cannot write output " + opt.output + ": " + *problem);
-  }
+  check_output(opt.output);
   PrivateDir& dir = PrivateDir::create();
+  Stage::install(dir.path());
 
   // Each file is opened once, hashed while it is copied into the private folder, and only the
   // copies are used from here on. Cheap checks come first, so mistakes cost no model load, and
@@ -62,12 +72,21 @@ int run(int argc, char** argv) {
   for (size_t i = 0; i < opt.ops.size(); ++i) {
     libraries.push_back(copy_and_hash(
         opt.ops[i], dir.path() + "/op_library_" + std::to_string(i) + ".so", kOpLibraryRole));
+    // A second copy would register its ops again, which LibTorch answers with an abort.
+    for (size_t j = 0; j < i; ++j) {
+      if (libraries[j].sha256 == libraries[i].sha256) {
+        fail(kUsage, "op library " + opt.ops[i] + " is the same library as " + opt.ops[j] +
+                         " (sha256 " + libraries[i].sha256 + "): pass each library once");
+      }
+    }
   }
   const std::string device = verify_manifest(opt, package, libraries);
   const uint64_t max_input = opt.max_input_mib << 20;
   std::vector<at::Tensor> inputs = load_tensors(opt.input, "input file", max_input);
   std::vector<at::Tensor> expected;
   if (!opt.expect.empty()) expected = load_tensors(opt.expect, "expected-output file", max_input);
+  // Every file the run reads is open by now: the output may be none of them.
+  check_output(opt.output);
 
   if (device == "cuda") load_cuda_backend();
   load_op_libraries(libraries);
@@ -115,7 +134,12 @@ int run(int argc, char** argv) {
   save_tensors(opt.output, outputs);
   if (!opt.expect.empty()) {
     compare_expected(outputs, expected, opt.expect, opt.atol, opt.rtol, opt.exact);
-    std::printf("outputs match %s%s\n", opt.expect.c_str(), opt.exact ? " bit for bit" : "");
+    std::printf("outputs match %s%s\n", escape_line(opt.expect).c_str(),
+                opt.exact ? " bit for bit" : "");
+  }
+  // SIGPIPE is ignored, so a closed stdout shows up here, as an error with its own code.
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fail(kOther, std::string("cannot write to standard output: ") + std::strerror(errno));
   }
   return kOk;
 }
@@ -128,19 +152,26 @@ int main(int argc, char** argv) {
   // Before any thread exists, so that every thread inherits the mask and only the cleanup
   // thread ever sees these signals.
   PrivateDir::block_signals();
+  // A closed pipe or a file-size limit makes the write fail (EPIPE, EFBIG) instead of killing
+  // the loader before it cleans up, so each ends with its own line and exit code.
+  std::signal(SIGPIPE, SIG_IGN);
+  std::signal(SIGXFSZ, SIG_IGN);
   int code = kOther;
+  std::string error;
   try {
     code = run(argc, argv);
   } catch (const Failure& f) {
-    std::cerr << "loader: error: " << f.message << "\n";
+    error = f.message;
     code = f.code;
   } catch (const std::exception& e) {
-    std::cerr << "loader: error: " << error_text(e) << "\n";
+    error = error_text(e);
     code = kOther;
   } catch (...) {
-    std::cerr << "loader: error: unknown exception\n";
+    error = "unknown exception";
     code = kOther;
   }
+  // Paths and names in a message come from outside: one line, whatever they hold.
+  if (code != kOk) std::cerr << "loader: error: " << escape_line(error) << "\n";
   std::cout.flush();
   PrivateDir::remove_all();
   return code;

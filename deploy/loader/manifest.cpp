@@ -98,14 +98,6 @@ bool is_plain_name(const std::string& s) {
 
 }  // namespace
 
-std::string printable(std::string_view s, size_t max) {
-  std::string out;
-  for (char c : s.substr(0, max)) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
-  return s.size() > max ? out + "..." : out;
-}
-
-std::string single_quoted(std::string_view s) { return "'" + printable(s, 64) + "'"; }
-
 std::string to_hex(const unsigned char* data, size_t n) {
   static const char kDigits[] = "0123456789abcdef";
   std::string out;

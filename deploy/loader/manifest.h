@@ -14,6 +14,7 @@
 
 #include "deploy/loader/cpu_check.h"
 #include "deploy/loader/package_contract.h"
+#include "deploy/loader/text.h"
 
 namespace my_ops::loader {
 
@@ -69,10 +70,6 @@ std::string target_problem(const Manifest& m);
 
 // check_cpu(m.isa, m.cpu_features).
 CpuCheck check_cpu(const Manifest& m);
-
-// Keeps attacker-controlled text in an error line short and printable.
-std::string printable(std::string_view s, size_t max);
-std::string single_quoted(std::string_view s);
 
 std::string to_hex(const unsigned char* data, size_t n);
 

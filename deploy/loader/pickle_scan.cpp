@@ -4,8 +4,29 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+
+#include "deploy/loader/text.h"
 
 namespace my_ops::loader {
+namespace {
+
+// What torch.save writes for a dense tensor: its rebuild function, its storage type and the
+// (empty) backward hooks. The unpickler turns these into tensors without reading a storage's
+// bytes; others (quantized and sparse tensors, classes) may read them while they are built.
+bool is_tensor_global(std::string_view module, std::string_view name) {
+  constexpr std::string_view kStorage = "Storage";
+  if (module == "torch._utils") return name == "_rebuild_tensor_v2";
+  if (module == "collections") return name == "OrderedDict";
+  if (module != "torch" || name.size() <= kStorage.size()) return false;
+  return name.substr(name.size() - kStorage.size()) == kStorage &&
+         name.substr(0, name.size() - kStorage.size())
+                 .find_first_not_of(
+                     "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") ==
+             std::string_view::npos;
+}
+
+}  // namespace
 
 void scan_pickle(const unsigned char* p, size_t n, int64_t max_containers) {
   size_t pos = 0;
@@ -45,7 +66,6 @@ void scan_pickle(const unsigned char* p, size_t n, int64_t max_containers) {
       case 'b':   // BUILD
       case 'Q':   // BINPERSID
       case 0x90:  // ADDITEMS
-      case 0x93:  // STACK_GLOBAL
       case 0x94:  // MEMOIZE
         break;
       case 't':   // TUPLE
@@ -62,14 +82,24 @@ void scan_pickle(const unsigned char* p, size_t n, int64_t max_containers) {
       case 0x81:  // NEWOBJ
       case 0x92:  // NEWOBJ_EX
         if (++containers > max_containers) {
-          throw std::runtime_error("pickle nests or holds more than " +
-                                   std::to_string(max_containers) + " containers");
+          throw PickleLimitError("holds more tensors than this loader reads (data.pkl makes over " +
+                                 std::to_string(max_containers) + " containers, about " +
+                                 std::to_string(max_containers / kPickleContainersPerTensor) +
+                                 " tensors at most)");
         }
         break;
       case 0x80:  // PROTO
-      case 'K':   // BININT1
-      case 'q':   // BINPUT
-      case 'h':   // BINGET
+        need(1);
+        if (p[pos] != 2) {
+          throw std::runtime_error("pickle protocol " + std::to_string(p[pos]) +
+                                   " is not supported: LibTorch reads protocol 2, torch.save's "
+                                   "default (save with pickle_protocol=2)");
+        }
+        ++pos;
+        break;
+      case 'K':  // BININT1
+      case 'q':  // BINPUT
+      case 'h':  // BINGET
         skip(1);
         break;
       case 'M':  // BININT2
@@ -99,10 +129,18 @@ void scan_pickle(const unsigned char* p, size_t n, int64_t max_containers) {
         skip_counted(8);
         break;
       case 'c': {  // GLOBAL: "module\nname\n"
-        for (int line = 0; line < 2; ++line) {
+        std::string_view line[2];
+        for (auto& l : line) {
           const void* nl = std::memchr(p + pos, '\n', n - pos);
           if (nl == nullptr) throw std::runtime_error("pickle is truncated");
-          pos = static_cast<size_t>(static_cast<const unsigned char*>(nl) - p) + 1;
+          const size_t end = static_cast<size_t>(static_cast<const unsigned char*>(nl) - p);
+          l = std::string_view(reinterpret_cast<const char*>(p) + pos, end - pos);
+          pos = end + 1;
+        }
+        if (!is_tensor_global(line[0], line[1])) {
+          throw std::runtime_error(
+              "pickle names " + single_quoted(std::string(line[0]) + "." + std::string(line[1])) +
+              ", which is not part of a dense tensor");
         }
         break;
       }

@@ -1,13 +1,18 @@
 #include "deploy/loader/private_dir.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -52,7 +57,44 @@ void wait_for_signal() {
   ::_exit(128 + sig);
 }
 
+constexpr char kPrefix[] = "my_ops_loader.";
+constexpr char kLockFile[] = "lock";
+// A folder without a lock file is another loader's for the moment between creating the folder
+// and its lock file, or an older loader's: stale only once it is this old.
+constexpr time_t kUnlockedGraceSeconds = 600;
+
 }  // namespace
+
+int PrivateDir::remove_stale(const std::string& base) {
+  DIR* dir = ::opendir(base.c_str());
+  if (dir == nullptr) return 0;
+  int removed = 0;
+  const int base_fd = ::dirfd(dir);
+  while (const dirent* entry = ::readdir(dir)) {
+    const std::string name = entry->d_name;
+    if (name.rfind(kPrefix, 0) != 0 || name.size() != sizeof(kPrefix) - 1 + 6) continue;
+    struct stat st{};
+    if (::fstatat(base_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != ::getuid()) {
+      continue;
+    }
+    const std::string lock = name + "/" + kLockFile;
+    const int fd = ::openat(base_fd, lock.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    bool stale = false;
+    if (fd >= 0) {
+      // The owner holds the lock until it ends; only a folder whose owner is gone gives it.
+      stale = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+      ::close(fd);
+    } else {
+      stale = errno == ENOENT && st.st_mtime + kUnlockedGraceSeconds < ::time(nullptr);
+    }
+    if (stale && ::nftw((base + "/" + name).c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0) {
+      ++removed;
+    }
+  }
+  ::closedir(dir);
+  return removed;
+}
 
 void PrivateDir::block_signals() {
   const sigset_t set = handled_signals();
@@ -60,8 +102,10 @@ void PrivateDir::block_signals() {
 }
 
 PrivateDir& PrivateDir::create() {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/my_ops_loader.XXXXXX";
+  const char* env = std::getenv("TMPDIR");
+  const std::string base = env && *env ? env : "/tmp";
+  remove_stale(base);
+  std::string tmpl = base + "/" + kPrefix + "XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   if (::mkdtemp(buf.data()) == nullptr) {
@@ -70,6 +114,26 @@ PrivateDir& PrivateDir::create() {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_dir = buf.data();
+  }
+  // Held, and never closed, until the process ends (O_CLOEXEC: no child inherits it). Locked
+  // under another name and then renamed, so that whoever finds "lock" finds it locked.
+  const std::string lock = std::string(buf.data()) + "/" + kLockFile;
+  const std::string unlocked = lock + ".new";
+  const int lock_fd =
+      ::open(unlocked.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0 ||
+      ::rename(unlocked.c_str(), lock.c_str()) != 0) {
+    const int err = errno;
+    remove_all();
+    fail(kOther,
+         "cannot lock the temporary folder " + std::string(buf.data()) + ": " + std::strerror(err));
+  }
+  struct statvfs fs{};
+  if (::statvfs(buf.data(), &fs) == 0 && (fs.f_flag & ST_NOEXEC) != 0) {
+    remove_all();
+    fail(kOther, "the temporary folder " + base +
+                     " is on a file system mounted noexec, where the op libraries and the model "
+                     "cannot be loaded; set TMPDIR to a folder on another file system");
   }
   std::thread(wait_for_signal).detach();
   // LibTorch ends the process with exit() on some errors (a duplicate registry key, say).

@@ -6,6 +6,10 @@
 // AOTIModelPackageLoader, which extracts the package into it. CUDA packages load their kernels
 // lazily from those extracted files, so the folder lives until the process ends.
 //
+// A folder outlives a loader that was killed (SIGKILL, a crash): each holds a lock file that its
+// loader keeps locked until it ends, and every loader removes, at start, the folders of this
+// user whose lock nobody holds, so a crash loop cannot fill the disk.
+//
 // Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT are blocked in every thread and taken by one
 // thread that waits for them with sigwait(), removes the folder (and any output file being
 // written) in ordinary thread context, and _exit()s with 128 + the signal. A signal handler could
@@ -21,9 +25,14 @@ class PrivateDir {
   // first in main(), before anything starts a thread.
   static void block_signals();
 
-  // Creates the folder under $TMPDIR (or /tmp), starts the signal thread, and points $TMPDIR at
-  // the folder. Fails with kOther.
+  // Removes stale folders, creates the folder under $TMPDIR (or /tmp), starts the signal
+  // thread, and points $TMPDIR at the folder. Fails with kOther, also when the folder is on a
+  // file system mounted noexec, where no library or model could be loaded from it.
   static PrivateDir& create();
+
+  // Removes the folders "my_ops_loader.*" in `base` that belong to this user and whose loader
+  // has ended; returns how many. Errors are ignored: this is housekeeping.
+  static int remove_stale(const std::string& base);
 
   const std::string& path() const { return path_; }
 

@@ -14,11 +14,20 @@
 #include <thread>
 
 #include "deploy/loader/failure.h"
+#include "deploy/loader/stage.h"
 #include "deploy/loader/tensor_io.h"
 
 namespace my_ops::loader {
 
 namespace {
+
+// What went wrong inside LibTorch: AOTI's runtime prints the reason on stderr ("Error:
+// input_handles[0]: ...") and throws an exception that only says which call failed.
+std::string reason(Stage& stage, const std::exception& e) {
+  std::string printed = stage.take_first_line();
+  if (printed.rfind("Error: ", 0) == 0) printed.erase(0, 7);
+  return printed.empty() ? error_text(e) : printed;
+}
 
 // Whether the file with this device and inode is already mapped into the process, i.e. the
 // loader itself links it (libc10.so, say). Loading a copy would run its static initialisers a
@@ -46,6 +55,9 @@ bool mapped_in_process(uint64_t device, uint64_t inode) {
 void load_op_libraries(const std::vector<VerifiedCopy>& libraries) {
   for (const auto& lib : libraries) {
     if (mapped_in_process(lib.source_device, lib.source_inode)) continue;
+    // A LibTorch error in the library's static initialisers ends the process from inside
+    // dlopen(); the stage turns that into this library's one line and exit 3.
+    Stage stage(kOpsLibrary, "cannot load op library " + lib.source);
     // RTLD_LOCAL keeps the library's own symbols out of the global scope; the registry is what
     // the package needs. The handle is never closed: registrations must outlive every run.
     if (::dlopen(fd_path(lib).c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
@@ -70,12 +82,13 @@ void load_cuda_backend() {
 
 std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const VerifiedCopy& package,
                                                                       long runners) {
+  Stage stage(kPackageCorrupt, "cannot load package " + package.source);
   try {
     return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         package.copy, "model", /*run_single_threaded=*/false, static_cast<size_t>(runners),
         /*device_index=*/-1);
   } catch (const std::exception& e) {
-    const std::string msg = error_text(e);
+    const std::string msg = reason(stage, e);
     const bool ops = msg.find("Couldn't resolve") != std::string::npos ||
                      msg.find("Could not find schema") != std::string::npos ||
                      msg.find("Unknown builtin op") != std::string::npos;
@@ -90,11 +103,11 @@ std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const Veri
 namespace {
 
 std::vector<at::Tensor> run_once(torch::inductor::AOTIModelPackageLoader& loader,
-                                 const std::vector<at::Tensor>& inputs) {
+                                 const std::vector<at::Tensor>& inputs, Stage& stage) {
   try {
     return loader.run(inputs);
   } catch (const std::exception& e) {
-    const std::string msg = error_text(e);
+    const std::string msg = reason(stage, e);
     // AOTI's runtime input checks (AOTI_RUNTIME_CHECK_INPUTS) report through the same exception
     // type as kernel failures; their text is the only tell.
     const bool input_check = msg.find("input_handles") != std::string::npos ||
@@ -116,7 +129,8 @@ bool identical(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
 std::vector<at::Tensor> run_concurrently(torch::inductor::AOTIModelPackageLoader& loader,
                                          const std::vector<at::Tensor>& inputs, long threads,
                                          long total, std::vector<double>* latencies) {
-  std::vector<at::Tensor> reference = run_once(loader, inputs);
+  Stage stage(kOther, "model run failed");
+  std::vector<at::Tensor> reference = run_once(loader, inputs, stage);
   std::vector<std::vector<double>> per_thread(threads);
   std::vector<std::optional<Failure>> errors(threads);
   std::atomic<bool> stop{false};
@@ -126,7 +140,7 @@ std::vector<at::Tensor> run_concurrently(torch::inductor::AOTIModelPackageLoader
     try {
       for (long i = 0; i < iters && !stop; ++i) {
         auto t0 = std::chrono::steady_clock::now();
-        auto out = run_once(loader, inputs);
+        auto out = run_once(loader, inputs, stage);
         auto t1 = std::chrono::steady_clock::now();
         per_thread[t].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         if (!identical(out, reference)) {

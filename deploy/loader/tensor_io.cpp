@@ -1,17 +1,25 @@
 #include "deploy/loader/tensor_io.h"
 
 #include <c10/util/Exception.h>
-#include <caffe2/serialize/in_memory_adapter.h>
-#include <caffe2/serialize/inline_container.h>
+#include <sys/stat.h>
 #include <torch/csrc/jit/serialization/pickle.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
+#include <string_view>
+#include <unordered_map>
 
 #include "deploy/loader/failure.h"
 #include "deploy/loader/file_io.h"
 #include "deploy/loader/input_signature.h"
 #include "deploy/loader/pickle_scan.h"
 #include "deploy/loader/private_dir.h"
+#include "deploy/loader/text.h"
+#include "deploy/loader/zip_directory.h"
 
 namespace my_ops::loader {
 namespace {
@@ -82,41 +90,140 @@ std::optional<std::string> tensor_problem(const at::Tensor& t) {
   return std::nullopt;
 }
 
-std::vector<at::Tensor> load_tensors(const std::string& path, const char* what,
-                                     uint64_t max_bytes) {
-  const FileRole role{what, kInputUnreadable, kInputUnreadable};
-  std::string data;
-  {
-    UniqueFd fd = open_regular_file(path, role);
-    data = read_all(fd.get(), path, role, max_bytes, "--max-input-mib");
+FileBytes::FileBytes(size_t size) : size_(size) {
+  void* p = nullptr;
+  if (::posix_memalign(&p, 64, size == 0 ? 64 : size) != 0) throw std::bad_alloc();
+  data_ = static_cast<unsigned char*>(p);
+}
+
+FileBytes::~FileBytes() { std::free(data_); }
+
+namespace {
+
+// What a storage's DataPtr holds: the file's bytes stay alive while any tensor uses them.
+void release_file_bytes(void* ctx) { delete static_cast<std::shared_ptr<FileBytes>*>(ctx); }
+
+// One zip entry's bytes, when it is stored: torch.save never compresses, and a compressed
+// record would need a second reader of the archive.
+std::string_view stored_record(const FileBytes& bytes, const ZipEntry& e) {
+  if (e.method != 0 || e.compressed_size != e.uncompressed_size) {
+    throw std::runtime_error("record " + single_quoted(e.name) +
+                             " is compressed; torch.save stores records uncompressed");
   }
+  return {reinterpret_cast<const char*>(bytes.data()) + e.data_offset,
+          static_cast<size_t>(e.uncompressed_size)};
+}
+
+struct Record {
+  std::string name;  // "data/<key>", as data.pkl names it
+  size_t size;
+};
+
+}  // namespace
+
+std::vector<at::Tensor> read_tensors(const std::shared_ptr<FileBytes>& bytes, const char* what,
+                                     const std::string& path) {
+  const std::string file = std::string(what) + " " + path;
+  std::vector<ZipEntry> entries;
+  try {
+    entries = read_zip_directory(
+        [&](uint64_t offset, void* buf, size_t n) {
+          if (offset > bytes->size() || n > bytes->size() - offset) return false;
+          std::memcpy(buf, bytes->data() + offset, n);
+          return true;
+        },
+        bytes->size());
+  } catch (const ZipError& e) {
+    fail(kInputUnreadable, file + " is not a torch.save file (" + e.what() + ")");
+  }
+  // torch.save puts every record under one folder, "<archive>/data.pkl", "<archive>/data/0", ...
+  std::unordered_map<std::string_view, const ZipEntry*> by_name;
+  const ZipEntry* pickle_entry = nullptr;
+  for (const auto& e : entries) {
+    const auto slash = e.name.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string_view rest = std::string_view(e.name).substr(slash + 1);
+    if (rest == "data.pkl") {
+      if (pickle_entry != nullptr) {
+        fail(kInputUnreadable, file + " is not a torch.save file (it holds two data.pkl records)");
+      }
+      pickle_entry = &e;
+    }
+  }
+  if (pickle_entry == nullptr) {
+    fail(kInputUnreadable, file + " is not a torch.save file (no data.pkl record)");
+  }
+  const std::string prefix = pickle_entry->name.substr(0, pickle_entry->name.find('/') + 1);
+  for (const auto& e : entries) {
+    if (e.name.rfind(prefix, 0) == 0)
+      by_name.emplace(std::string_view(e.name).substr(prefix.size()), &e);
+  }
+
+  // Where each storage's bytes start, and the record they came from.
+  std::unordered_map<const void*, Record> records;
   c10::IValue value;
   try {
     QuietWarnings quiet;
     c10::WarningUtils::WarningHandlerGuard guard(&quiet);
-    {
-      caffe2::serialize::PyTorchStreamReader reader(
-          std::make_shared<caffe2::serialize::MemoryReadAdapter>(data.data(), data.size()));
-      auto [pickle, size] = reader.getRecord("data.pkl");
-      scan_pickle(static_cast<const unsigned char*>(pickle.get()), size);
-    }
-    value = torch::jit::pickle_load(std::vector<char>(data.begin(), data.end()));
+    const std::string_view pickle = stored_record(*bytes, *pickle_entry);
+    const auto* pickle_bytes = reinterpret_cast<const unsigned char*>(pickle.data());
+    scan_pickle(pickle_bytes, pickle.size());
+    size_t pos = 0;
+    auto read_pickle = [&](char* buf, size_t n) {
+      const size_t k = std::min(n, pickle.size() - pos);
+      std::memcpy(buf, pickle.data() + pos, k);
+      pos += k;
+      return k;
+    };
+    auto read_record = [&](const std::string& key) {
+      const std::string name = "data/" + key;
+      auto it = by_name.find(name);
+      if (it == by_name.end()) {
+        throw std::runtime_error("data.pkl names storage record " + single_quoted(name) +
+                                 ", which the file lacks");
+      }
+      const std::string_view record = stored_record(*bytes, *it->second);
+      void* data = const_cast<char*>(record.data());
+      records[data] = Record{name, record.size()};
+      return at::DataPtr(data, new std::shared_ptr<FileBytes>(bytes), release_file_bytes,
+                         at::Device(at::kCPU));
+    };
+    // Input files hold only tensors: a class in data.pkl is refused rather than built.
+    auto no_classes = [](const c10::QualifiedName& name) -> c10::StrongTypePtr {
+      throw std::runtime_error("data.pkl holds a " + name.qualifiedName() + ", not a tensor");
+    };
+    // The CPU as the device: a storage saved from a GPU would otherwise be copied there while it
+    // is unpickled, before its size is checked below.
+    torch::jit::Unpickler unpickler(read_pickle, no_classes, /*obj_loader=*/nullptr, read_record,
+                                    at::Device(at::kCPU));
+    value = unpickler.parse_ivalue();
+  } catch (const PickleLimitError& e) {
+    fail(kInputMismatch, file + " " + e.what());
   } catch (const std::exception& e) {
-    fail(kInputUnreadable,
-         std::string(what) + " " + path + " is not a torch.save file (" + error_text(e) + ")");
+    fail(kInputUnreadable, file + " is not a torch.save file (" + error_text(e) + ")");
   }
+
   std::vector<at::Tensor> tensors;
   auto add = [&](const c10::IValue& v) {
     if (!v.isTensor()) {
-      fail(kInputUnreadable, std::string(what) + " " + path +
-                                 " must hold a tensor or a tuple/list of tensors, found " +
-                                 v.tagKind());
+      fail(kInputUnreadable,
+           file + " must hold a tensor or a tuple/list of tensors, found " + v.tagKind());
     }
     const at::Tensor& t = v.toTensor();
-    if (auto problem = tensor_problem(t)) {
-      fail(kInputUnreadable, std::string(what) + " " + path + ": tensor " +
-                                 std::to_string(tensors.size()) + " " + *problem);
+    const std::string which = file + ": tensor " + std::to_string(tensors.size());
+    // The unpickler sizes a storage from data.pkl, not from its record: a shorter record would
+    // have every read of the tensor run past it.
+    if (t.has_storage() && t.storage().nbytes() > 0) {
+      auto it = records.find(t.storage().data());
+      if (it == records.end()) fail(kInputUnreadable, which + " has a storage of no record");
+      if (it->second.size != t.storage().nbytes()) {
+        fail(kInputUnreadable, which + ": storage record " + single_quoted(it->second.name) +
+                                   " holds " + std::to_string(it->second.size) +
+                                   " bytes, data.pkl declares " +
+                                   std::to_string(t.storage().nbytes()));
+      }
     }
+    if (auto problem = tensor_problem(t)) fail(kInputUnreadable, which + " " + *problem);
     tensors.push_back(t);
   };
   if (value.isTuple()) {
@@ -127,6 +234,30 @@ std::vector<at::Tensor> load_tensors(const std::string& path, const char* what,
     add(value);
   }
   return tensors;
+}
+
+std::vector<at::Tensor> load_tensors(const std::string& path, const char* what,
+                                     uint64_t max_bytes) {
+  const FileRole role{what, kInputUnreadable, kInputUnreadable};
+  UniqueFd fd = open_regular_file(path, role);
+  struct stat st{};
+  if (::fstat(fd.get(), &st) != 0) {
+    fail(kInputUnreadable,
+         std::string("cannot read ") + what + " " + path + ": " + std::strerror(errno));
+  }
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > max_bytes) {
+    fail(kInputUnreadable, std::string(what) + " " + path + " is larger than " +
+                               std::to_string(max_bytes) +
+                               " bytes (raise it with --max-input-mib)");
+  }
+  auto bytes = std::make_shared<FileBytes>(static_cast<size_t>(size));
+  // One byte more than fstat said: a file that grows meanwhile is refused, not cut short.
+  if (!read_exactly(fd.get(), bytes->data(), bytes->size())) {
+    fail(kInputUnreadable,
+         std::string("cannot read ") + what + " " + path + ": it changed size while it was read");
+  }
+  return read_tensors(bytes, what, path);
 }
 
 void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensors) {

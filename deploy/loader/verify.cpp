@@ -9,6 +9,7 @@
 
 #include "deploy/loader/failure.h"
 #include "deploy/loader/manifest.h"
+#include "deploy/loader/text.h"
 #include "deploy/loader/zip_directory.h"
 
 namespace my_ops::loader {
@@ -57,14 +58,23 @@ void check_package(const VerifiedCopy& package, uint64_t max_unpacked_bytes) {
         std::strstr(e.what(), "-byte cap") ? " (raise it with --max-unpacked-mib)" : "";
     fail(kPackageCorrupt, "package " + path + " refused: " + e.what() + hint);
   }
-  // Entries are "<archive>/data/aotinductor/model/<hash>.{so,cpp}": the compiled model (or its
-  // sources, for a cpp-only package).
+  // Entries are "<archive>/data/aotinductor/model/<hash>.so" (the compiled model) and its
+  // metadata. Edge hosts have no compiler: a package that would be compiled on load (sources
+  // only) is refused, and so are compile and link flags, which torch's package loader turns into
+  // a shell command.
+  for (const auto& e : entries) {
+    if (ends_with(e.name, "_compile_flags.json") || ends_with(e.name, "_linker_flags.json")) {
+      fail(kPackageCorrupt, "package " + path + " refused: entry " + single_quoted(e.name) +
+                                " holds compiler flags; a package for this loader is compiled "
+                                "already (export it without package_cpp_only)");
+    }
+  }
   bool has_model = std::any_of(entries.begin(), entries.end(), [](const ZipEntry& e) {
-    return e.name.find("/data/aotinductor/model/") != std::string::npos &&
-           (ends_with(e.name, ".so") || ends_with(e.name, ".cpp"));
+    return e.name.find("/data/aotinductor/model/") != std::string::npos && ends_with(e.name, ".so");
   });
   if (!has_model) {
-    fail(kPackageCorrupt, "package has no AOTInductor model named 'model' inside: " + path);
+    fail(kPackageCorrupt,
+         "package has no compiled AOTInductor model named 'model' inside: " + path);
   }
 }
 

@@ -68,6 +68,19 @@ TEST(Cli, RefusesMalformedCommandLines) {
             std::string::npos);
 }
 
+TEST(Cli, RefusesAFlagGivenTwice) {
+  // The last value silently winning would run another package, or write elsewhere, than the
+  // caller reads on the command line.
+  EXPECT_EQ(usage_error(with({"--package", "other.pt2"})), "--package is given more than once");
+  EXPECT_EQ(usage_error(with({"--output=x.pt"})), "--output is given more than once");
+  EXPECT_EQ(usage_error(with({"--threads", "2", "--threads", "3"})),
+            "--threads is given more than once");
+  EXPECT_EQ(usage_error(with({"--no-verify", "--no-verify"})),
+            "--no-verify is given more than once");
+  // --ops is the one list.
+  EXPECT_EQ(usage_error(with({"--ops", "a.so", "--ops", "b.so"})), "");
+}
+
 TEST(Cli, BareOpsNamesAreFilesInTheCurrentFolder) {
   Options o = parse(with({"--ops", "libx.so", "--ops", "lib/liby.so", "--ops", "/abs/libz.so"}));
   resolve_paths(o, "");

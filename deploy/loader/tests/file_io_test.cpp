@@ -154,6 +154,45 @@ TEST_F(FileIo, OutputProblemCatchesTyposEarly) {
   EXPECT_FALSE(output_problem(file));  // an existing file is replaced
 }
 
+TEST_F(FileIo, OutputProblemRefusesWhatARenameWouldDestroy) {
+  // A device node or a FIFO would be replaced by a regular file.
+  EXPECT_EQ(output_problem("/dev/null"),
+            "exists and is not a regular file (a device, a FIFO or a socket)");
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(output_problem(fifo),
+            "exists and is not a regular file (a device, a FIFO or a socket)");
+  // A file this run reads, by its path or by a hard link to it.
+  const std::string input = write("input.pt", "x");
+  EXPECT_FALSE(output_problem(input));
+  UniqueFd fd = open_regular_file(input, kRole);
+  EXPECT_EQ(output_problem(input), "is a file this run reads");
+  ASSERT_EQ(::link(input.c_str(), (dir_ + "/alias.pt").c_str()), 0);
+  EXPECT_EQ(output_problem(dir_ + "/alias.pt"), "is a file this run reads");
+  const Failure f = failure_of([&] { write_file_atomically(input, "new"); });
+  EXPECT_EQ(f.code, kOutputUnwritable);
+  EXPECT_EQ(f.message, "cannot write output " + input + ": is a file this run reads");
+  EXPECT_EQ(read(input), "x");
+}
+
+TEST_F(FileIo, WritesAnOutputWhoseNameIsAsLongAsTheFolderAllows) {
+  const std::string out = dir_ + "/" + std::string(255, 'o');
+  write_file_atomically(out, "data");
+  EXPECT_EQ(read(out), "data");
+}
+
+TEST_F(FileIo, ReadExactlyRefusesAFileOfAnotherSize) {
+  const std::string path = write("five", "12345");
+  char buf[8];
+  for (size_t n : {4, 6}) {
+    UniqueFd fd = open_regular_file(path, kRole);
+    EXPECT_FALSE(read_exactly(fd.get(), buf, n)) << n;
+  }
+  UniqueFd fd = open_regular_file(path, kRole);
+  ASSERT_TRUE(read_exactly(fd.get(), buf, 5));
+  EXPECT_EQ(std::string(buf, 5), "12345");
+}
+
 TEST(Paths, DirAndBaseName) {
   EXPECT_EQ(dir_name("a/b/c"), "a/b");
   EXPECT_EQ(dir_name("/c"), "/");

@@ -55,5 +55,62 @@ TEST(PickleScan, CountsContainersAgainstTheCap) {
   EXPECT_THROW(scan(deep, 9), std::runtime_error);
 }
 
+// The message scan() throws, or "" when it accepts.
+std::string refusal(const std::string& p) {
+  try {
+    scan(p);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PickleScan, RefusesProtocolsLibTorchCannotRead) {
+  // LibTorch's unpickler reads protocol 2 only; torch.save(..., pickle_protocol=4) writes 4.
+  for (char protocol : {'\x00', '\x01', '\x03', '\x04', '\x05'}) {
+    const std::string pickle = std::string("\x80") + protocol + "K\x01.";
+    EXPECT_NE(
+        refusal(pickle).find("pickle protocol " + std::to_string(protocol) + " is not supported"),
+        std::string::npos)
+        << refusal(pickle);
+  }
+  EXPECT_EQ(refusal("\x80\x02K\x01."), "");
+}
+
+TEST(PickleScan, TakesOnlyTheGlobalsOfADenseTensor) {
+  EXPECT_EQ(refusal("\x80\x02"
+                    "ctorch._utils\n_rebuild_tensor_v2\nctorch\nFloatStorage\n"
+                    "ctorch\nBFloat16Storage\nccollections\nOrderedDict\n."),
+            "");
+  // Quantized and sparse tensors are built (reading their storages) while they are unpickled.
+  for (const char* global :
+       {"torch._utils\n_rebuild_qtensor", "torch._utils\n_rebuild_sparse_tensor", "torch\ndevice",
+        "builtins\neval", "torch\nStorage", "torch\nFloat Storage"}) {
+    const std::string pickle = std::string(
+                                   "\x80\x02"
+                                   "c") +
+                               global + "\n.";
+    EXPECT_NE(refusal(pickle).find("which is not part of a dense tensor"), std::string::npos)
+        << global << ": " << refusal(pickle);
+  }
+  // STACK_GLOBAL (protocol 4) takes its names from the stack, where this scan cannot see them.
+  EXPECT_NE(refusal("\x80\x02\x93.").find("pickle opcode 0x93 at byte 2"), std::string::npos)
+      << refusal("\x80\x02\x93.");
+}
+
+TEST(PickleScan, SaysTheContainerCapIsALimit) {
+  std::string many = "\x80\x02";
+  for (int i = 0; i < 5; ++i) many += ")\x85";
+  many += ".";
+  try {
+    scan(many, 4);
+    FAIL() << "accepted more containers than the cap";
+  } catch (const PickleLimitError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds more tensors than this loader reads"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace my_ops::loader
