@@ -39,10 +39,17 @@ TEST(PickleScan, RefusesALengthPastTheEnd) {
                std::runtime_error);
 }
 
+std::string refusal(const std::string& p);  // defined below
+
 TEST(PickleScan, RefusesOpcodesTorchSaveDoesNotWrite) {
-  // 'i' (INST) and 'S' (STRING) are protocol-0 opcodes torch.save never emits.
-  EXPECT_THROW(scan("\x80\x02i"), std::runtime_error);
-  EXPECT_THROW(scan("S'x'\n."), std::runtime_error);
+  // 'i' (INST) and 'S' (STRING) are protocol-0 opcodes torch.save never emits. Each pickle is
+  // complete, operands and STOP included, so only the opcode itself can be what is refused.
+  const std::string inst = bytes("\x80\x02(i__main__\nC\n.");  // MARK, INST __main__ C
+  const std::string str = bytes("\x80\x02S'x'\n.");
+  EXPECT_THROW(scan(inst), std::runtime_error);
+  EXPECT_THROW(scan(str), std::runtime_error);
+  EXPECT_EQ(refusal(inst), "pickle opcode 0x69 at byte 3 is not one torch.save writes");
+  EXPECT_EQ(refusal(str), "pickle opcode 0x53 at byte 2 is not one torch.save writes");
 }
 
 TEST(PickleScan, CountsContainersAgainstTheCap) {
