@@ -129,20 +129,31 @@ def test_ops_listed_under_another_name(fx: Fixture) -> None:
     assert fx.run().returncode == 0
 
 
+# PACKAGE_SHA256 stands for the stand-in package's own sha256, so that a case
+# that lists the package is refused for what it lacks, not for a package
+# that does not match.
+PACKAGE_SHA256 = "<sha256 of model.pt2>"
+
+
 @pytest.mark.parametrize(
-    "text",
+    "text, phrase",
     [
-        "not json",
-        "[]",
-        '{"format": "someone.else/1"}',
-        json.dumps({"format": "my_ops.manifest/1", "op_libraries": []}),
-        json.dumps({"format": "my_ops.manifest/1", "package": {"sha256": "0" * 64}}),
+        ("not json", "is not valid JSON"),
+        ("[]", "is not a JSON object"),
+        ('{"format": "someone.else/1"}', "'someone.else/1'"),
+        (json.dumps({"format": "my_ops.manifest/1", "op_libraries": []}), "no package"),
+        (
+            json.dumps({"format": "my_ops.manifest/1", "package": {"sha256": PACKAGE_SHA256}}),
+            "no op_libraries",
+        ),
     ],
     ids=["not_json", "not_object", "foreign_format", "no_package", "no_op_libraries"],
 )
-def test_broken_manifest(fx: Fixture, text: str) -> None:
-    fx.manifest.write_text(text)
-    assert_failed(fx.run(), fx, str(fx.manifest), EXIT_MISMATCH)
+def test_broken_manifest(fx: Fixture, text: str, phrase: str) -> None:
+    fx.manifest.write_text(text.replace(PACKAGE_SHA256, sha256(fx.model.read_bytes())))
+    proc = fx.run()
+    assert_failed(proc, fx, str(fx.manifest), EXIT_MISMATCH)
+    assert phrase in proc.stderr, proc.stderr
 
 
 def test_failure_keeps_the_previous_archive(fx: Fixture) -> None:
