@@ -10,9 +10,14 @@ from pathlib import Path
 import pytest
 from conftest import DEPLOY_DIR, error_lines, run_export
 
+# export --help: "Exit status 0 on success, 2 on bad usage, 3 when --out may not
+# be replaced (nothing is touched), 130 when interrupted, 1 on any other failure".
+EXIT_FAILURE = 1
 
-def _assert_clean_failure(proc, tmp_path: Path, needle: str) -> None:
+
+def _assert_clean_failure(proc, tmp_path: Path, needle: str, code: int) -> None:
     assert proc.returncode != 0, proc.stdout
+    assert proc.returncode == code, (proc.returncode, proc.stderr)
     lines = error_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("export: error: "), proc.stderr
@@ -35,7 +40,7 @@ def _assert_clean_failure(proc, tmp_path: Path, needle: str) -> None:
 )
 def test_bad_model(tmp_path: Path, model: str, needle: str) -> None:
     proc = run_export(["--model", model, "--out", str(tmp_path / "out")], tmp_path / "tmp")
-    _assert_clean_failure(proc, tmp_path, needle)
+    _assert_clean_failure(proc, tmp_path, needle, EXIT_FAILURE)
     assert not (tmp_path / "out").exists()
     assert os.listdir(tmp_path) == ["tmp"]
 
@@ -52,7 +57,7 @@ def test_cuda_without_gpu_fails_first(tmp_path: Path) -> None:
         ["--device", "cuda", "--model", "no_such_module:f", "--out", str(tmp_path / "o")],
         tmp_path / "tmp",
     )
-    _assert_clean_failure(proc, tmp_path, "GPU")
+    _assert_clean_failure(proc, tmp_path, "GPU", EXIT_FAILURE)
     assert not (tmp_path / "o").exists()
 
 
@@ -61,7 +66,7 @@ def test_unwritable_out(tmp_path: Path) -> None:
     blocker.write_text("not a folder")
     # Works even as root, unlike a chmod-based read-only folder.
     proc = run_export(["--out", str(blocker / "out")], tmp_path / "tmp")
-    _assert_clean_failure(proc, tmp_path, "cannot write output folder")
+    _assert_clean_failure(proc, tmp_path, "cannot write output folder", EXIT_FAILURE)
 
 
 def test_usage_error_is_one_line(tmp_path: Path) -> None:
@@ -96,7 +101,7 @@ def test_an_unusable_cache_dir_is_an_error_only_when_asked_for(tmp_path: Path) -
          "--out", str(tmp_path / "o")],
         tmp_path / "tmp",
     )  # fmt: skip
-    _assert_clean_failure(proc, tmp_path, "--cache-dir")
+    _assert_clean_failure(proc, tmp_path, "--cache-dir", EXIT_FAILURE)
     assert "--no-cache" in proc.stderr
     # The default folder (here under XDG_CACHE_HOME): the export goes on without it,
     # as far as the model, which does not exist.
@@ -114,7 +119,7 @@ def test_export_failure_keeps_previous_output(tmp_path: Path) -> None:
     (out / "model.pt2").write_text("previous")
     (out / "manifest.json").write_text(json.dumps({"format": "my_ops.manifest/1"}))
     proc = run_export(["--model", "bad_models:data_dependent", "--out", str(out)], tmp_path / "tmp")
-    _assert_clean_failure(proc, tmp_path, "torch.export failed")
+    _assert_clean_failure(proc, tmp_path, "torch.export failed", EXIT_FAILURE)
     assert "hint" in proc.stderr
     assert (out / "model.pt2").read_text() == "previous"
     assert sorted(os.listdir(tmp_path)) == ["out", "tmp"]
@@ -130,6 +135,8 @@ def test_help(tmp_path: Path) -> None:
         assert flag in proc.stdout
     # The --out rule: what the export may replace.
     assert "previous export" in proc.stdout
+    # The exit status the failures above are held to (argparse rewraps the epilog).
+    assert "1 on any other failure" in " ".join(proc.stdout.split())
 
 
 def test_generate_key(tmp_path: Path) -> None:
@@ -144,7 +151,7 @@ def test_generate_key(tmp_path: Path) -> None:
     # A second run must not replace a key that may already be in use.
     before = private.read_bytes()
     proc = run_export(["--generate-key", str(keys)], tmp_path / "tmp")
-    _assert_clean_failure(proc, tmp_path, "not overwriting")
+    _assert_clean_failure(proc, tmp_path, "not overwriting", EXIT_FAILURE)
     assert private.read_bytes() == before
 
 
@@ -154,7 +161,7 @@ def test_generate_key_checks_both_paths_first(tmp_path: Path) -> None:
     public = keys / "public_key.pem"
     public.write_text("someone's public key\n")
     proc = run_export(["--generate-key", str(keys)], tmp_path / "tmp")
-    _assert_clean_failure(proc, tmp_path, str(public))
+    _assert_clean_failure(proc, tmp_path, str(public), EXIT_FAILURE)
     # A private key without its public key would be a key nobody can check.
     assert os.listdir(keys) == ["public_key.pem"]
     assert public.read_text() == "someone's public key\n"
@@ -177,7 +184,7 @@ def test_bad_signing_key_fails_first(tmp_path: Path, content: bytes | None, need
         ["--signing-key", str(key), "--model", "no_such_module:f", "--out", str(tmp_path / "o")],
         tmp_path / "tmp",
     )
-    _assert_clean_failure(proc, tmp_path, needle)
+    _assert_clean_failure(proc, tmp_path, needle, EXIT_FAILURE)
     assert not (tmp_path / "o").exists()
 
 
