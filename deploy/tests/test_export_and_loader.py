@@ -215,32 +215,33 @@ def _write_zip(path: Path, names: list[str]) -> Path:
 
 
 CASES = [
-    # name, expected exit, how to build the arguments
-    ("missing_package", "package_missing"),
-    ("not_a_zip", "package_corrupt"),
-    ("truncated", "package_corrupt"),
-    ("zip_without_model", "package_corrupt"),
-    ("torch_save_as_package", "package_corrupt"),
-    ("missing_ops", "ops"),
-    ("ops_not_a_library", "ops"),
-    ("ops_without_my_ops", "ops"),
-    ("ops_not_in_manifest", "integrity"),
-    ("missing_input", "input_unreadable"),
-    ("garbage_input", "input_unreadable"),
-    ("not_tensors", "input_unreadable"),
-    ("wrong_shape", "input_mismatch"),
-    ("wrong_dtype", "input_mismatch"),
-    ("too_many", "input_mismatch"),
-    ("too_few", "input_mismatch"),
-    ("batch_too_big", "input_mismatch"),
-    ("wrong_rank", "input_mismatch"),
-    ("output_unwritable", "output_unwritable"),
-    ("expect_mismatch", "expect_mismatch"),
-    ("no_args", "usage"),
-    ("unknown_flag", "usage"),
-    ("bad_bench", "usage"),
-    ("runs_and_bench", "usage"),
-    ("exact_without_expect", "usage"),
+    # name, expected exit, a phrase of the error line (the cases that share an
+    # exit code differ in it); how to build the arguments is below
+    ("missing_package", "package_missing", "cannot open package"),
+    ("not_a_zip", "package_corrupt", "not a zip"),
+    ("truncated", "package_corrupt", "truncated"),
+    ("zip_without_model", "package_corrupt", "AOTInductor model named 'model' inside"),
+    ("torch_save_as_package", "package_corrupt", "AOTInductor model named 'model' inside"),
+    ("missing_ops", "ops", "cannot open op library"),
+    ("ops_not_a_library", "ops", "cannot load op library"),
+    ("ops_without_my_ops", "ops", "the op libraries do not provide"),
+    ("ops_not_in_manifest", "integrity", "is not listed in manifest"),
+    ("missing_input", "input_unreadable", "cannot open input file"),
+    ("garbage_input", "input_unreadable", "is not a torch.save file"),
+    ("not_tensors", "input_unreadable", "must hold a tensor or a tuple/list of tensors"),
+    ("wrong_shape", "input_mismatch", "dim 2 is 32, must be 64"),
+    ("wrong_dtype", "input_mismatch", "dtype Double, expected Float"),
+    ("too_many", "input_mismatch", "model takes 1 input(s), got 2"),
+    ("too_few", "input_mismatch", "model takes 1 input(s), got 0"),
+    ("batch_too_big", "input_mismatch", f"dim 0 is {MAX_BATCH + 1}, must be 1..{MAX_BATCH}"),
+    ("wrong_rank", "input_mismatch", "rank 2, expected 3"),
+    ("output_unwritable", "output_unwritable", "cannot write output"),
+    ("expect_mismatch", "expect_mismatch", "differs from"),
+    ("no_args", "usage", "--package is required"),
+    ("unknown_flag", "usage", "unknown argument '--frobnicate'"),
+    ("bad_bench", "usage", "--bench needs an integer"),
+    ("runs_and_bench", "usage", "--bench and --runs exclude each other"),
+    ("exact_without_expect", "usage", "--exact needs --expect"),
 ]
 
 # These check what happens when a library gets past the manifest check, so
@@ -248,8 +249,10 @@ CASES = [
 NO_VERIFY_CASES = {"ops_not_a_library", "ops_without_my_ops"}
 
 
-@pytest.mark.parametrize("case, code", CASES)
-def test_loader_errors(loader_bin, ops_library, exported: Path, tmp_path: Path, case, code) -> None:
+@pytest.mark.parametrize("case, code, phrase", CASES)
+def test_loader_errors(
+    loader_bin, ops_library, exported: Path, tmp_path: Path, case, code, phrase
+) -> None:
     package = exported / "model.pt2"
     sample = exported / "sample_input.pt"
     out = tmp_path / "out.pt"
@@ -315,6 +318,8 @@ def test_loader_errors(loader_bin, ops_library, exported: Path, tmp_path: Path, 
     lines = loader_error_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("loader: error: "), proc.stderr
+    # Without this test's folder, whose name holds the case's ("..._truncated_p0").
+    assert phrase in lines[0].replace(str(tmp_path), "<tmp>"), proc.stderr
     if case != "expect_mismatch":  # the output is valid there; only the comparison failed
         assert not out.exists()
     assert not Path(str(out) + ".tmp").exists()
@@ -380,7 +385,11 @@ def test_bundle_run_sh(
                               capture_output=True, text=True)  # fmt: skip
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert len(error_lines(proc.stderr)) == 1
+        line = error_lines(proc.stderr)[0]
+        assert line.startswith(f"run.sh: error: {flag} is not allowed"), proc.stderr
     # Without a LibTorch directory run.sh explains what it needs.
     proc = subprocess.run([run_sh], cwd=elsewhere, env=env, capture_output=True, text=True)
     assert proc.returncode == 2
     assert len(error_lines(proc.stderr)) == 1
+    assert "LibTorch lib directory" in proc.stderr, proc.stderr
+    assert "LIBTORCH_LIB" in proc.stderr, proc.stderr
