@@ -67,9 +67,20 @@ std::string string_member(const Json& obj, const char* key, const std::string& c
   return it->get<std::string>();
 }
 
+// What export.py writes: a base name. A path, "." or ".." never names the file beside the
+// manifest, and a control character would split the one line an error is.
+bool is_plain_file_name(const std::string& s) {
+  return !s.empty() && s != "." && s != ".." && std::none_of(s.begin(), s.end(), [](char c) {
+    return c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+  });
+}
+
 FileDigest digest_member(const Json& obj, const std::string& ctx) {
   if (!obj.is_object()) throw ManifestError(ctx + "must be an object");
   FileDigest d{string_member(obj, "file", ctx), string_member(obj, "sha256", ctx)};
+  if (!is_plain_file_name(d.file)) {
+    throw ManifestError(ctx + "'file' must be a plain file name, not " + single_quoted(d.file));
+  }
   if (!is_sha256_hex(d.sha256)) {
     throw ManifestError(ctx + "'sha256' must be 64 lowercase hex digits");
   }

@@ -33,6 +33,27 @@ std::string refusal(const std::string& text) {
   return "";
 }
 
+// Passes when parse_manifest refuses `text` for `reason` (a part of what() it must hold); on
+// failure it shows the reason it gave instead, so a refusal for another cause does not pass.
+::testing::AssertionResult RefusedFor(const std::string& text, const std::string& reason) {
+  const std::string given = refusal(text);
+  if (given.empty()) {
+    return ::testing::AssertionFailure() << "accepted; expected a refusal with '" << reason << "'";
+  }
+  if (given.find(reason) == std::string::npos) {
+    return ::testing::AssertionFailure()
+           << "refused with '" << given << "'; expected one with '" << reason << "'";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// manifest_text() with the package's "file" member replaced by `file`, a JSON string literal.
+std::string with_package_file(const std::string& file) {
+  std::string text = manifest_text();
+  const std::string plain = R"("file": "model.pt2")";
+  return text.replace(text.find(plain), plain.size(), R"("file": )" + file);
+}
+
 TEST(Manifest, ParsesWhatExportWrites) {
   Manifest m = parse_manifest(manifest_text());
   EXPECT_EQ(m.format, kManifestFormat);
@@ -59,10 +80,38 @@ TEST(Manifest, RefusesTextJsonReadersDisagreeOn) {
   std::string with_nul = manifest_text();
   with_nul[1] = '\0';
   EXPECT_NE(refusal(with_nul).find("NUL"), std::string::npos);
-  EXPECT_NE(refusal(manifest_text(R"(, "x": "\ud800")")), "");
-  EXPECT_NE(refusal(manifest_text(R"(, "n": 01)")), "");
-  EXPECT_NE(refusal(manifest_text(",")), "");
-  EXPECT_NE(refusal(manifest_text() + " {}"), "");
+  EXPECT_TRUE(RefusedFor(manifest_text(R"(, "x": "\ud800")"), "surrogate U+D800..U+DBFF"));
+  EXPECT_TRUE(RefusedFor(manifest_text(R"(, "n": 01)"), "unexpected number literal"));
+  EXPECT_TRUE(RefusedFor(manifest_text(","), "expected string literal"));
+  EXPECT_TRUE(RefusedFor(manifest_text() + " {}", "expected end of input"));
+}
+
+TEST(Manifest, RefusesAPackageFileThatIsNotAPlainName) {
+  // The name is shown to users and compared with files; a path, "." or ".." never names the
+  // package beside the manifest, and a control character would break the one error line.
+  const std::string reason = "'package': 'file' must be a plain file name, not ";
+  EXPECT_TRUE(
+      RefusedFor(with_package_file(R"("../../etc/passwd")"), reason + "'../../etc/passwd'"));
+  EXPECT_TRUE(RefusedFor(with_package_file(R"("a/b")"), reason + "'a/b'"));
+  EXPECT_TRUE(RefusedFor(with_package_file(R"("/model.pt2")"), reason + "'/model.pt2'"));
+  EXPECT_TRUE(RefusedFor(with_package_file(R"("..")"), reason + "'..'"));
+  EXPECT_TRUE(RefusedFor(with_package_file(R"(".")"), reason + "'.'"));
+  EXPECT_TRUE(RefusedFor(with_package_file(R"("")"), reason + "''"));
+  EXPECT_TRUE(RefusedFor(with_package_file(R"("x\n")"), reason + "'x?'"));
+  EXPECT_TRUE(RefusedFor(with_package_file(R"("x\u0000y")"), reason + "'x?y'"));
+  EXPECT_TRUE(RefusedFor(with_package_file(R"("x\u007f")"), reason + "'x?'"));
+  // What export.py writes, and names with dots in them, are plain names.
+  EXPECT_EQ(refusal(with_package_file(R"("model.pt2")")), "");
+  EXPECT_EQ(refusal(with_package_file(R"("..model.v2.pt2")")), "");
+}
+
+TEST(Manifest, RefusesAnOpLibraryFileThatIsNotAPlainName) {
+  std::string text = manifest_text();
+  const std::string plain = R"("file": "libmy_ops.so")";
+  text.replace(text.find(plain), plain.size(), R"("file": "../lib/libmy_ops.so")");
+  EXPECT_TRUE(RefusedFor(text,
+                         "'op_libraries': 'file' must be a plain file name, not "
+                         "'../lib/libmy_ops.so'"));
 }
 
 TEST(Manifest, CapsDepthAndSize) {
