@@ -9,8 +9,10 @@ Outputs (in --out, default $BUILD_WORKSPACE_DIRECTORY/out or ./out):
   sample_input.pt      torch.save'd tuple of input tensors
   expected_output.pt   torch.save'd tuple of eager outputs for sample_input.pt
   manifest.json        sha256 of model.pt2 and of the libmy_ops.so it was built
-                       with, torch version, CPU instruction set, device; the
-                       C++ loader refuses a package that does not match it
+                       with, torch version, CPU instruction set, device, and
+                       the custom ops (with their schemas) and classes it
+                       calls; the C++ loader refuses a package that does not
+                       match it, or op libraries that lack what it calls
   manifest.sig         with --signing-key: Ed25519 signature of manifest.json,
                        which the loader requires with --public-key
 
@@ -101,7 +103,12 @@ from export_error import (  # noqa: E402
     ExportError,
     first_line,
 )
-from export_manifest import generate_key, load_signing_key, write_manifest  # noqa: E402
+from export_manifest import (  # noqa: E402
+    generate_key,
+    load_signing_key,
+    package_calls,
+    write_manifest,
+)
 from export_model import (  # noqa: E402
     as_tuple,
     load_factory,
@@ -321,8 +328,9 @@ def _export(
             expected = to_device(as_tuple(module(*sample)), "cpu")
         torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
         torch.save(expected, os.path.join(stage, "expected_output.pt"))
+        calls = package_calls(ep)
         if cross is None:
-            write_manifest(stage, package, args.isa, args.device, signing_key)
+            write_manifest(stage, package, args.isa, args.device, signing_key, calls=calls)
         else:
             write_manifest(
                 stage,
@@ -330,6 +338,7 @@ def _export(
                 args.isa,
                 args.device,
                 signing_key,
+                calls=calls,
                 target=cross.name,
                 march=cross.march,
                 cxx=cross_files.compiler,

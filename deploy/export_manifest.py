@@ -4,6 +4,13 @@ The manifest records the sha256 of the package and of the op library it was
 verified with, the torch version, the target (linux-x86_64, linux-aarch64),
 the CPU instruction set and the device. The format and the CPU features come
 from package_contract.json, which the loader compiles in.
+It also names what the package calls that an op library must register, read
+from the exported program: "ops", each custom op (every namespace but torch's
+own) with its schema as torch prints it (str(op._schema)), and "classes", each
+custom class (TorchBind) the program holds, as ns::Class, with the schema of
+each method the graph calls. The loader checks them after it loads the op
+libraries and before the package, so a missing or stale library is named
+(exit 3) instead of failing inside torch with "Could not find schema".
 manifest.sig, when the export is given a key, is an Ed25519 signature of the
 manifest's exact bytes.
 """
@@ -11,6 +18,7 @@ manifest's exact bytes.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -85,6 +93,94 @@ def cpu_levels(target: str) -> list[str]:
     return [row.name for row in read_cpu_features() if row.target == target and row.macro is None]
 
 
+# The namespaces of torch's own operators and higher-order operators, which LibTorch and
+# AOTInductor provide without an op library. "prims" is registered from Python only, and
+# Inductor lowers it into the package's own code.
+TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "higher_order"})
+# How torch names a custom class registered by TORCH_LIBRARY(ns) class_<T>("Class").
+CUSTOM_CLASS_PREFIX = "__torch__.torch.classes."
+
+
+@dataclasses.dataclass(frozen=True)
+class PackageCalls:
+    """What a package calls that op libraries register, as manifest.json's "ops" and "classes".
+
+    ops: (name, schema) per op, name as "ns::op" or "ns::op.overload" (OpOverload.name()).
+    classes: (name, ((method, schema), ...)) per custom class, name as "ns::Class".
+    Each sorted by name, so the same program always gives the same manifest.
+    """
+
+    ops: tuple[tuple[str, str], ...]
+    classes: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+
+    def manifest_fields(self) -> dict[str, Any]:
+        return {
+            "ops": [{"name": name, "schema": schema} for name, schema in self.ops],
+            "classes": [
+                {"name": name, "methods": [{"name": m, "schema": s} for m, s in methods]}
+                for name, methods in self.classes
+            ],
+        }
+
+
+def _custom_class_name(qualified: str) -> str:
+    """The manifest's name of a custom class: ns::Class for __torch__.torch.classes.ns.Class."""
+    parts = qualified.removeprefix(CUSTOM_CLASS_PREFIX).split(".")
+    if not qualified.startswith(CUSTOM_CLASS_PREFIX) or len(parts) != 2:
+        raise ExportError(
+            f"the program holds an object of class {qualified}, which is not a custom class "
+            "registered by an op library (torch.classes.NAMESPACE.CLASS)"
+        )
+    return f"{parts[0]}::{parts[1]}"
+
+
+def package_calls(program: Any) -> PackageCalls:
+    """The custom ops and classes an ExportedProgram calls, its subgraphs' included.
+
+    Classes are those of the script objects the program holds (its constants);
+    a method's schema comes from such an object, as the loader reads it from
+    the class the op library registers.
+    """
+    import torch
+
+    objects: dict[str, Any] = {}
+    for value in program.constants.values():
+        # A fake object stands for a real one, which it keeps.
+        value = getattr(value, "real_obj", value)
+        if isinstance(value, torch.ScriptObject):
+            objects.setdefault(value._type().qualified_name(), value)
+    ops: dict[str, str] = {}
+    called: dict[str, set[str]] = {qualified: set() for qualified in objects}
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            if node.op != "call_function":
+                continue
+            target = node.target
+            if isinstance(target, torch._ops.OpOverload):
+                if target.namespace not in TORCH_NAMESPACES:
+                    ops[target.name()] = str(target._schema)
+            elif target is torch.ops.higher_order.call_torchbind:
+                obj, method = node.args[0], node.args[1]
+                val = obj.meta.get("val") if isinstance(obj, torch.fx.Node) else None
+                # CustomObjArgument in an exported graph, FakeScriptObject while tracing.
+                qualified = getattr(val, "class_fqn", None) or getattr(
+                    val, "script_class_name", None
+                )
+                if qualified not in objects:
+                    raise ExportError(
+                        f"the program calls {method} on an object of class {qualified}, "
+                        "which it does not hold"
+                    )
+                called[qualified].add(method)
+    classes = []
+    for qualified, methods in called.items():
+        schemas = tuple((m, str(objects[qualified]._get_method(m).schema)) for m in sorted(methods))
+        classes.append((_custom_class_name(qualified), schemas))
+    return PackageCalls(ops=tuple(sorted(ops.items())), classes=tuple(sorted(classes)))
+
+
 def sha256_file(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -99,12 +195,14 @@ def make_manifest(
     isa: str,
     device: str,
     *,
+    calls: PackageCalls,
     target: str = "linux-x86_64",
     march: str | None = None,
     cxx: str | None = None,
 ) -> bytes:
     """manifest.json for a package: what the C++ loader checks before loading it.
 
+    calls is what the package calls (package_calls() of the exported program).
     march defaults to what --isa means (MARCH[isa]) and cxx to the compiler
     that built the package (real_cxx()); for another target, pass both.
     """
@@ -138,6 +236,8 @@ def make_manifest(
         "isa": march,
         "cpu_features": cpu_features(real_cxx() if cxx is None else cxx, march, target),
         "device": device,
+        # What the op libraries must register; the loader checks it before the package loads.
+        **calls.manifest_fields(),
     }
     return (json.dumps(manifest, indent=2) + "\n").encode()
 
@@ -149,6 +249,7 @@ def write_manifest(
     device: str,
     signing_key: Any | None,
     *,
+    calls: PackageCalls,
     target: str = "linux-x86_64",
     march: str | None = None,
     cxx: str | None = None,
@@ -171,7 +272,7 @@ def write_manifest(
                 f"cannot find the op library for manifest.json: {first_line(e)}"
             ) from e
     manifest = make_manifest(
-        package, [op_library], isa, device, target=target, march=march, cxx=cxx
+        package, [op_library], isa, device, calls=calls, target=target, march=march, cxx=cxx
     )
     with open(os.path.join(stage, "manifest.json"), "wb") as f:
         f.write(manifest)

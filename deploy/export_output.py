@@ -32,7 +32,11 @@ def _is_export_manifest(path: str) -> bool:
             data = json.loads(f.read(1 << 20))
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and data.get("format") == manifest_format()
+    # Any format of this tool's: an export made before the format changed is still one, and the
+    # new export replaces it.
+    family = manifest_format().rsplit("/", 1)[0] + "/"
+    fmt = data.get("format") if isinstance(data, dict) else None
+    return isinstance(fmt, str) and fmt.startswith(family)
 
 
 def check_out(path: str, shown: str | None = None) -> None:
@@ -75,7 +79,8 @@ def check_out(path: str, shown: str | None = None) -> None:
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         why = f"it holds {listed}{more}"
     elif not _is_export_manifest(os.path.join(path, "manifest.json")):
-        why = f"it has no manifest.json of format {manifest_format()}"
+        family = manifest_format().rsplit("/", 1)[0]
+        why = f"it has no manifest.json of format {family}/N"
     else:
         return
     raise ExportError(

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -100,6 +101,124 @@ std::vector<std::string> string_array(const Json& root, const char* key) {
   return out;
 }
 
+// A C identifier, as torch's namespace, operator, overload, class and method names are.
+bool is_identifier(std::string_view s) {
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  return !s.empty() && alpha(s[0]) && std::all_of(s.begin(), s.end(), [&](char c) {
+    return alpha(c) || (c >= '0' && c <= '9');
+  });
+}
+
+// "ns::name", and with `overload` also "ns::name.overload": how torch names an operator
+// (OpOverload.name()) and, without the overload, a custom class in its namespace.
+bool is_qualified_name(std::string_view s, bool overload) {
+  if (s.size() > kMaxRegistrationNameBytes) return false;
+  const size_t colons = s.find("::");
+  if (colons == std::string_view::npos || !is_identifier(s.substr(0, colons))) return false;
+  std::string_view rest = s.substr(colons + 2);
+  if (const size_t dot = rest.find('.'); overload && dot != std::string_view::npos) {
+    if (!is_identifier(rest.substr(dot + 1))) return false;
+    rest = rest.substr(0, dot);
+  }
+  return is_identifier(rest);
+}
+
+// An entry of "ops" or "classes" holds only `names`: anything else would be a claim this loader
+// ignores without saying so.
+void only_members(const Json& obj, std::initializer_list<const char*> names,
+                  const std::string& ctx) {
+  for (const auto& item : obj.items()) {
+    if (std::none_of(names.begin(), names.end(), [&](const char* n) { return item.key() == n; })) {
+      throw ManifestError(ctx + "unknown member " + single_quoted(item.key()));
+    }
+  }
+}
+
+const Json& array_member(const Json& obj, const char* key, size_t max, const std::string& ctx) {
+  auto it = obj.find(key);
+  if (it == obj.end() || !it->is_array()) {
+    throw ManifestError(ctx + "'" + key + "' must be an array");
+  }
+  if (it->size() > max) {
+    throw ManifestError(ctx + "'" + key + "' holds more than " + std::to_string(max) + " entries");
+  }
+  return *it;
+}
+
+// A schema as torch prints it: "NAME(ARGUMENTS) -> RETURNS", on one line.
+std::string schema_member(const Json& entry, const std::string& name, const std::string& ctx) {
+  std::string schema = string_member(entry, "schema", ctx);
+  const std::string what = ctx + "the schema of " + name;
+  if (schema.size() > kMaxSchemaBytes) {
+    throw ManifestError(what + " is longer than " + std::to_string(kMaxSchemaBytes) + " bytes");
+  }
+  if (std::any_of(schema.begin(), schema.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
+    throw ManifestError(what + " holds a control character");
+  }
+  if (schema.rfind(name + "(", 0) != 0) {
+    throw ManifestError(what + " must start with '" + name + "(', not " + single_quoted(schema));
+  }
+  return schema;
+}
+
+// "ops": [{"name": "ns::op", "schema": "ns::op(...) -> ..."}, ...]
+std::vector<RequiredOp> ops_member(const Json& root) {
+  const std::string ctx = "'ops': ";
+  std::vector<RequiredOp> ops;
+  std::set<std::string> seen;
+  for (const auto& entry : array_member(root, "ops", kMaxRequiredOps, "")) {
+    if (!entry.is_object()) throw ManifestError(ctx + "each entry must be an object");
+    only_members(entry, {"name", "schema"}, ctx);
+    RequiredOp op;
+    op.name = string_member(entry, "name", ctx);
+    if (!is_qualified_name(op.name, true)) {
+      throw ManifestError(ctx + "'name' must be ns::name or ns::name.overload, not " +
+                          single_quoted(op.name));
+    }
+    if (!seen.insert(op.name).second) throw ManifestError(ctx + op.name + " is listed twice");
+    op.schema = schema_member(entry, op.name, ctx);
+    ops.push_back(std::move(op));
+  }
+  return ops;
+}
+
+// "classes": [{"name": "ns::Class", "methods": [{"name": "m", "schema": "m(...) -> ..."}]}, ...]
+std::vector<RequiredClass> classes_member(const Json& root) {
+  std::vector<RequiredClass> classes;
+  std::set<std::string> seen;
+  for (const auto& entry : array_member(root, "classes", kMaxRequiredClasses, "")) {
+    const std::string ctx = "'classes': ";
+    if (!entry.is_object()) throw ManifestError(ctx + "each entry must be an object");
+    only_members(entry, {"name", "methods"}, ctx);
+    RequiredClass cls;
+    cls.name = string_member(entry, "name", ctx);
+    if (!is_qualified_name(cls.name, false)) {
+      throw ManifestError(ctx + "'name' must be ns::Class, not " + single_quoted(cls.name));
+    }
+    if (!seen.insert(cls.name).second) throw ManifestError(ctx + cls.name + " is listed twice");
+    const std::string method_ctx = "'classes': " + cls.name + ": ";
+    std::set<std::string> seen_methods;
+    for (const auto& m : array_member(entry, "methods", kMaxRequiredMethods, method_ctx)) {
+      if (!m.is_object()) throw ManifestError(method_ctx + "each method must be an object");
+      only_members(m, {"name", "schema"}, method_ctx);
+      RequiredMethod method;
+      method.name = string_member(m, "name", method_ctx);
+      if (method.name.size() > kMaxRegistrationNameBytes || !is_identifier(method.name)) {
+        throw ManifestError(method_ctx + "'name' must be a method name, not " +
+                            single_quoted(method.name));
+      }
+      if (!seen_methods.insert(method.name).second) {
+        throw ManifestError(method_ctx + "method " + method.name + " is listed twice");
+      }
+      method.schema = schema_member(m, method.name, method_ctx);
+      cls.methods.push_back(std::move(method));
+    }
+    classes.push_back(std::move(cls));
+  }
+  return classes;
+}
+
 // Target names as export.py writes them print bare; anything else is quoted.
 bool is_plain_name(const std::string& s) {
   return !s.empty() && s.size() <= 32 && std::all_of(s.begin(), s.end(), [](char c) {
@@ -145,6 +264,9 @@ Manifest parse_manifest(std::string_view text) {
     if (!device->is_string()) throw ManifestError("'device' must be a string");
     m.device = device->get<std::string>();
   }
+  // Required, even when empty: a manifest without them cannot tell the loader what to check.
+  m.registrations.ops = ops_member(root);
+  m.registrations.classes = classes_member(root);
   return m;
 }
 

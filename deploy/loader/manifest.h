@@ -38,10 +38,46 @@ struct FileDigest {
   std::string sha256;
 };
 
+// An op the package calls: "ns::name", or "ns::name.overload" for another overload than the
+// default, and its schema as torch prints it (str(op._schema) in Python, c10::toString(schema)
+// in C++).
+struct RequiredOp {
+  std::string name;
+  std::string schema;
+};
+
+// A method of a custom class the package calls, and its schema as torch prints it.
+struct RequiredMethod {
+  std::string name;
+  std::string schema;
+};
+
+// A custom (TorchBind) class the package holds: "ns::Class", i.e. torch.classes.ns.Class.
+struct RequiredClass {
+  std::string name;
+  std::vector<RequiredMethod> methods;
+};
+
+// What the package calls that op libraries register, read from the exported program; empty
+// with --no-verify, where there is no manifest to say.
+struct Registrations {
+  std::vector<RequiredOp> ops;
+  std::vector<RequiredClass> classes;
+};
+
+// Caps on what "ops" and "classes" hold: far above any real model (the default one calls four
+// ops and one class), low enough that a hostile manifest cannot make the checks costly.
+constexpr size_t kMaxRequiredOps = 1024;
+constexpr size_t kMaxRequiredClasses = 256;
+constexpr size_t kMaxRequiredMethods = 256;
+constexpr size_t kMaxRegistrationNameBytes = 256;
+constexpr size_t kMaxSchemaBytes = 4096;
+
 struct Manifest {
   std::string format;
   FileDigest package;
   std::vector<FileDigest> op_libraries;
+  Registrations registrations;
   std::string torch_version;
   std::string target;  // "linux-x86_64", "linux-aarch64": this_target() of the loader it is for
   std::string isa;

@@ -27,6 +27,8 @@ import package_contract  # noqa: E402
 from export_error import ExportError  # noqa: E402
 
 CROSS_CXX = "aarch64-linux-gnu-g++-12"
+# A package that calls no custom op or class (the manifest's "ops" and "classes" are empty).
+NO_CALLS = export_manifest.PackageCalls(ops=(), classes=())
 # gcc 12 for aarch64 defines every __ARM_FEATURE_* macro of the table with these.
 AARCH64_EVERYTHING = (
     "armv8.6-a+crypto+sha3+sm4+fp16fml+sve2-bitperm+sve2-aes+sve2-sha3+sve2-sm4"
@@ -82,7 +84,7 @@ def test_levels_are_the_ones_export_writes() -> None:
 
 
 def test_manifest_format_is_the_contracts() -> None:
-    assert export_manifest.manifest_format() == "my_ops.manifest/1"
+    assert export_manifest.manifest_format() == "my_ops.manifest/2"
 
 
 def test_armv8_a_needs_fp_and_asimd_only() -> None:
@@ -135,6 +137,7 @@ def test_manifest_for_aarch64(files: tuple[Path, Path], tmp_path: Path) -> None:
         "portable",
         "cpu",
         None,
+        calls=NO_CALLS,
         target="linux-aarch64",
         march="armv8-a",
         cxx=_cross_cxx(),
@@ -147,13 +150,14 @@ def test_manifest_for_aarch64(files: tuple[Path, Path], tmp_path: Path) -> None:
     assert manifest["op_libraries"] == [
         {"file": "libmy_ops.so", "sha256": export_manifest.sha256_file(str(library))}
     ]
+    assert manifest["ops"] == [] and manifest["classes"] == []
     assert not (stage / "manifest.sig").exists()
 
 
 def test_manifest_defaults_to_x86_64(files: tuple[Path, Path]) -> None:
     package, library = files
     text = export_manifest.make_manifest(
-        str(package), [str(library)], "portable", "cpu", cxx=_host_x86_cxx()
+        str(package), [str(library)], "portable", "cpu", calls=NO_CALLS, cxx=_host_x86_cxx()
     )
     manifest = json.loads(text)
     assert manifest["target"] == "linux-x86_64"
@@ -169,6 +173,7 @@ def test_a_level_the_loader_cannot_check_is_refused(files: tuple[Path, Path]) ->
             [str(library)],
             "portable",
             "cpu",
+            calls=NO_CALLS,
             target="linux-aarch64",
             march="armv8.2-a",
             cxx=CROSS_CXX,
@@ -179,7 +184,31 @@ def test_a_level_the_loader_cannot_check_is_refused(files: tuple[Path, Path]) ->
             [str(library) + ".missing"],
             "portable",
             "cpu",
+            calls=NO_CALLS,
             target="linux-aarch64",
             march="armv8-a",
             cxx=CROSS_CXX,
         )
+
+
+def test_manifest_names_what_the_package_calls(files: tuple[Path, Path]) -> None:
+    package, library = files
+    calls = export_manifest.PackageCalls(
+        ops=(("my_ops::f", "my_ops::f(Tensor x) -> Tensor"),),
+        classes=(
+            ("my_ops::C", (("forward", "forward(__torch__.torch.classes.my_ops.C _0) -> ()"),)),
+        ),
+    )
+    text = export_manifest.make_manifest(
+        str(package), [str(library)], "portable", "cpu", calls=calls, cxx=_host_x86_cxx()
+    )
+    manifest = json.loads(text)
+    assert manifest["ops"] == [{"name": "my_ops::f", "schema": "my_ops::f(Tensor x) -> Tensor"}]
+    assert manifest["classes"] == [
+        {
+            "name": "my_ops::C",
+            "methods": [
+                {"name": "forward", "schema": "forward(__torch__.torch.classes.my_ops.C _0) -> ()"}
+            ],
+        }
+    ]

@@ -20,7 +20,7 @@ from conftest import DEPLOY_DIR, child_env, error_lines, export_command, run_exp
 
 # The C++ loader's format line; a folder whose manifest.json carries it is a
 # previous export.
-MANIFEST_FORMAT = "my_ops.manifest/1"
+MANIFEST_FORMAT = "my_ops.manifest/2"
 EXIT_OUT_REFUSED = 3
 
 
@@ -60,12 +60,14 @@ def make_user_folder(path: Path) -> Path:
     return path
 
 
-def make_export(path: Path, tag: str, signed: bool = False) -> Path:
+def make_export(
+    path: Path, tag: str, signed: bool = False, manifest_format: str = MANIFEST_FORMAT
+) -> Path:
     """The files of an export (stand-ins, not a real package)."""
     path.mkdir(parents=True)
     for name in ("model.pt2", "sample_input.pt", "expected_output.pt"):
         (path / name).write_bytes(f"{tag} {name}".encode())
-    manifest = {"format": MANIFEST_FORMAT, "package": {"file": "model.pt2", "sha256": tag}}
+    manifest = {"format": manifest_format, "package": {"file": "model.pt2", "sha256": tag}}
     (path / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     if signed:
         (path / "manifest.sig").write_bytes(b"\x01" * 64)
@@ -159,6 +161,10 @@ def _foreign_manifest(out: Path) -> None:
     (out / "manifest.json").write_text('{"format": "someone.else/1"}\n')
 
 
+def _manifest_format_of_another_tool(out: Path) -> None:
+    (out / "manifest.json").write_text('{"format": "my_ops.manifestx/1"}\n')
+
+
 def _manifest_not_json(out: Path) -> None:
     (out / "manifest.json").write_text("not json")
 
@@ -181,6 +187,7 @@ def _link_named_like_an_export_file(out: Path) -> None:
 NOT_AN_EXPORT = [
     _extra_file,
     _foreign_manifest,
+    _manifest_format_of_another_tool,
     _manifest_not_json,
     _no_manifest,
     _folder_named_like_an_export_file,
@@ -199,11 +206,16 @@ def test_almost_an_export_is_refused(tmp_path: Path, spoil) -> None:
     assert tree(tmp_path) == before
 
 
-@pytest.mark.parametrize("kind", ["previous_export", "signed_export", "empty", "missing"])
+@pytest.mark.parametrize(
+    "kind", ["previous_export", "signed_export", "export_of_an_older_format", "empty", "missing"]
+)
 def test_replaceable_out_passes_the_check(tmp_path: Path, kind: str) -> None:
     out = tmp_path / "out"
     if kind == "empty":
         out.mkdir()
+    elif kind == "export_of_an_older_format":
+        # Written before "ops" and "classes" were added: still this tool's export.
+        make_export(out, "old", manifest_format="my_ops.manifest/1")
     elif kind != "missing":
         make_export(out, "old", signed=kind == "signed_export")
     before = tree(tmp_path)

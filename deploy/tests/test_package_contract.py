@@ -44,7 +44,7 @@ def _arm(c: dict) -> dict:
 
 def test_the_contract_is_read(raw: dict[str, Any]) -> None:
     c = package_contract.load()
-    assert c.manifest_format == raw["manifest_format"] == "my_ops.manifest/1"
+    assert c.manifest_format == raw["manifest_format"] == "my_ops.manifest/2"
     assert c.input_metadata_key == "my_ops.inputs"
     assert c.input_dtypes["float32"] == "Float"
     assert c.target_macros == {"linux-x86_64": "__x86_64__", "linux-aarch64": "__aarch64__"}
@@ -177,7 +177,7 @@ def _macro_rows(header: str, target: str) -> list[str]:
 def test_the_header_has_every_row_in_order() -> None:
     c = package_contract.load()
     header = package_contract.cc_header(c)
-    assert 'kManifestFormat[] = "my_ops.manifest/1";' in header
+    assert 'kManifestFormat[] = "my_ops.manifest/2";' in header
     assert 'kInputSignatureKey[] = "my_ops.inputs";' in header
     assert '"Float", "Double", "Half", "BFloat16"' in header
     assert '#define MY_OPS_TARGET_LINUX_X86_64 "linux-x86_64"' in header

@@ -85,7 +85,7 @@ def _assert_ran(proc, out: Path) -> None:
 
 def test_manifest_describes_the_export(exported: Path, ops_library: str) -> None:
     manifest = json.loads((exported / "manifest.json").read_text())
-    assert manifest["format"] == "my_ops.manifest/1"
+    assert manifest["format"] == "my_ops.manifest/2"
     assert manifest["package"] == {
         "file": "model.pt2",
         "sha256": _sha256(exported / "model.pt2"),

@@ -11,16 +11,41 @@ namespace {
 
 const std::string kSha(64, 'a');
 
-std::string manifest_text(const std::string& extra = "") {
-  return R"({"format": "my_ops.manifest/1",
+// As export.py writes them for the default model, less two of its ops; "test::twice.out" stands
+// for an op's overload other than the default.
+const std::string kOps = R"j([
+    {"name": "my_ops::silu_and_mul", "schema": "my_ops::silu_and_mul(Tensor x) -> Tensor"},
+    {"name": "test::twice.out",
+     "schema": "test::twice.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)"}])j";
+const std::string kClasses = R"j([{"name": "my_ops::RMSNorm", "methods": [
+    {"name": "forward",
+     "schema": "forward(__torch__.torch.classes.my_ops.RMSNorm _0, Tensor x) -> Tensor"}]}])j";
+
+std::string manifest_text(const std::string& extra = "", const std::string& ops = kOps,
+                          const std::string& classes = kClasses) {
+  return R"({"format": ")" + std::string(kManifestFormat) + R"(",
   "package": {"file": "model.pt2", "sha256": ")" +
          kSha + R"("},
   "op_libraries": [{"file": "libmy_ops.so", "sha256": ")" +
          kSha + R"("}],
   "torch_version": "2.14.1+cu130", "target": ")" +
          this_target() + R"(", "isa": "x86-64", "cpu_features": ["sse3"],
-  "device": "cpu")" +
-         extra + "}";
+  "device": "cpu", "ops": )" +
+         ops + R"(, "classes": )" + classes + extra + "}";
+}
+
+// manifest_text() with "ops" or "classes" left out.
+std::string without_member(const std::string& name) {
+  std::string text = manifest_text();
+  const std::string member = ", \"" + name + "\": " + (name == "ops" ? kOps : kClasses);
+  return text.replace(text.find(member), member.size(), "");
+}
+
+// An "ops" array of one entry: `name`, and a schema for it with `arguments`.
+std::string one_op(const std::string& name, const std::string& arguments = "()",
+                   const std::string& more = "") {
+  return R"j([{"name": ")j" + name + R"j(", "schema": ")j" + name + arguments + R"j( -> ()")j" +
+         more + "}]";
 }
 
 // The reason parse_manifest gives, or "" when it accepts the text.
@@ -66,6 +91,18 @@ TEST(Manifest, ParsesWhatExportWrites) {
   EXPECT_EQ(m.isa, "x86-64");
   EXPECT_EQ(m.cpu_features, std::vector<std::string>{"sse3"});
   EXPECT_EQ(m.device, "cpu");
+  const Registrations& r = m.registrations;
+  ASSERT_EQ(r.ops.size(), 2u);
+  EXPECT_EQ(r.ops[0].name, "my_ops::silu_and_mul");
+  EXPECT_EQ(r.ops[0].schema, "my_ops::silu_and_mul(Tensor x) -> Tensor");
+  EXPECT_EQ(r.ops[1].name, "test::twice.out");
+  EXPECT_EQ(r.ops[1].schema, "test::twice.out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)");
+  ASSERT_EQ(r.classes.size(), 1u);
+  EXPECT_EQ(r.classes[0].name, "my_ops::RMSNorm");
+  ASSERT_EQ(r.classes[0].methods.size(), 1u);
+  EXPECT_EQ(r.classes[0].methods[0].name, "forward");
+  EXPECT_EQ(r.classes[0].methods[0].schema,
+            "forward(__torch__.torch.classes.my_ops.RMSNorm _0, Tensor x) -> Tensor");
 }
 
 TEST(Manifest, RefusesDuplicateMembers) {
@@ -126,7 +163,10 @@ TEST(Manifest, CapsDepthAndSize) {
 
 TEST(Manifest, RefusesMissingOrMistypedFields) {
   EXPECT_NE(refusal("[]").find("object"), std::string::npos);
-  EXPECT_NE(refusal(R"({"format": "my_ops.manifest/2"})").find("format"), std::string::npos);
+  // The format before "ops" and "classes": this loader could not check what the package calls.
+  EXPECT_TRUE(RefusedFor(
+      R"({"format": "my_ops.manifest/1"})",
+      std::string("format 'my_ops.manifest/1', this loader reads '") + kManifestFormat + "'"));
   std::string bad_sha = manifest_text();
   bad_sha.replace(bad_sha.find(kSha), 64, std::string(64, 'A'));
   EXPECT_NE(refusal(bad_sha).find("lowercase hex"), std::string::npos);
@@ -136,6 +176,92 @@ TEST(Manifest, RefusesMissingOrMistypedFields) {
   std::string no_version = manifest_text();
   no_version.replace(no_version.find("torch_version"), 13, "torch_versio_");
   EXPECT_NE(refusal(no_version).find("torch_version"), std::string::npos);
+}
+
+TEST(Manifest, RefusesAManifestThatDoesNotSayWhatThePackageCalls) {
+  // Required even when empty: a manifest without them would let the loader check nothing.
+  EXPECT_TRUE(RefusedFor(without_member("ops"), "'ops' must be an array"));
+  EXPECT_TRUE(RefusedFor(without_member("classes"), "'classes' must be an array"));
+  EXPECT_EQ(refusal(manifest_text("", "[]", "[]")), "");
+}
+
+TEST(Manifest, RefusesMalformedOps) {
+  auto ops = [](const std::string& ops_json) { return manifest_text("", ops_json); };
+  EXPECT_TRUE(RefusedFor(ops("{}"), "'ops' must be an array"));
+  EXPECT_TRUE(RefusedFor(ops(R"(["my_ops::f"])"), "'ops': each entry must be an object"));
+  EXPECT_TRUE(RefusedFor(ops(R"([{"name": 1, "schema": "x"}])"), "'ops': 'name' must be a string"));
+  EXPECT_TRUE(RefusedFor(ops(R"([{"name": "my_ops::f"}])"), "'ops': 'schema' must be a string"));
+  const std::string bad_name = "'ops': 'name' must be ns::name or ns::name.overload, not ";
+  for (const std::string name : {"", "f", "my_ops::", "::f", "my_ops:f", "my_ops::f.", "my_ops::.f",
+                                 "my_ops::f.a.b", "my ops::f", "1ns::f", "my_ops::f::g"}) {
+    EXPECT_TRUE(RefusedFor(ops(one_op(name)), bad_name + "'" + name + "'")) << name;
+  }
+  EXPECT_TRUE(RefusedFor(ops(one_op("my_ops::f\\n")), bad_name + "'my_ops::f?'"));
+  const std::string long_name = "my_ops::" + std::string(256, 'f');
+  EXPECT_TRUE(RefusedFor(ops(one_op(long_name)), bad_name));
+  EXPECT_EQ(refusal(ops(one_op("my_ops::f.out"))), "");
+  EXPECT_TRUE(
+      RefusedFor(ops(R"j([{"name": "my_ops::f", "schema": "my_ops::g(Tensor x) -> Tensor"}])j"),
+                 "'ops': the schema of my_ops::f must start with 'my_ops::f(', not "
+                 "'my_ops::g(Tensor x) -> Tensor'"));
+  // The overload is part of the name the schema starts with.
+  EXPECT_TRUE(
+      RefusedFor(ops(R"j([{"name": "my_ops::f.out", "schema": "my_ops::f(Tensor x) -> Tensor"}])j"),
+                 "must start with 'my_ops::f.out('"));
+  EXPECT_TRUE(RefusedFor(ops(one_op("my_ops::f", "(Tensor x)\\n")),
+                         "'ops': the schema of my_ops::f holds a control character"));
+  EXPECT_TRUE(RefusedFor(ops(one_op("my_ops::f", "(" + std::string(4096, ' ') + ")")),
+                         "'ops': the schema of my_ops::f is longer than 4096 bytes"));
+  EXPECT_TRUE(RefusedFor(ops(one_op("my_ops::f", "()", R"(, "kernel": "cpu")")),
+                         "'ops': unknown member 'kernel'"));
+  const std::string twice = one_op("my_ops::f");
+  EXPECT_TRUE(RefusedFor(ops(twice.substr(0, twice.size() - 1) + "," + twice.substr(1)),
+                         "'ops': my_ops::f is listed twice"));
+  std::string many;
+  for (size_t i = 0; i <= 1024; ++i) {
+    const std::string entry = one_op("my_ops::f" + std::to_string(i));
+    many += (i ? "," : "") + entry.substr(1, entry.size() - 2);
+  }
+  EXPECT_TRUE(RefusedFor(ops("[" + many + "]"), "'ops' holds more than 1024 entries"));
+}
+
+TEST(Manifest, RefusesMalformedClasses) {
+  auto classes = [](const std::string& classes_json) {
+    return manifest_text("", kOps, classes_json);
+  };
+  EXPECT_TRUE(RefusedFor(classes(R"("my_ops::RMSNorm")"), "'classes' must be an array"));
+  EXPECT_TRUE(
+      RefusedFor(classes(R"(["my_ops::RMSNorm"])"), "'classes': each entry must be an object"));
+  EXPECT_TRUE(RefusedFor(classes(R"([{"name": "my_ops::RMSNorm.forward", "methods": []}])"),
+                         "'classes': 'name' must be ns::Class, not 'my_ops::RMSNorm.forward'"));
+  EXPECT_TRUE(RefusedFor(classes(R"([{"name": "RMSNorm", "methods": []}])"),
+                         "'classes': 'name' must be ns::Class, not 'RMSNorm'"));
+  EXPECT_TRUE(RefusedFor(classes(R"([{"name": "my_ops::RMSNorm"}])"),
+                         "'classes': my_ops::RMSNorm: 'methods' must be an array"));
+  EXPECT_TRUE(RefusedFor(classes(R"([{"name": "my_ops::RMSNorm", "methods": [], "x": 1}])"),
+                         "'classes': unknown member 'x'"));
+  EXPECT_TRUE(RefusedFor(classes(R"([{"name": "my_ops::RMSNorm", "methods": []},
+                                     {"name": "my_ops::RMSNorm", "methods": []}])"),
+                         "'classes': my_ops::RMSNorm is listed twice"));
+  auto methods = [&](const std::string& methods_json) {
+    return classes(R"([{"name": "my_ops::RMSNorm", "methods": )" + methods_json + "}]");
+  };
+  EXPECT_TRUE(RefusedFor(methods(R"(["forward"])"),
+                         "'classes': my_ops::RMSNorm: each method must be an object"));
+  EXPECT_TRUE(RefusedFor(methods(R"j([{"name": "a.b", "schema": "a.b() -> ()"}])j"),
+                         "'classes': my_ops::RMSNorm: 'name' must be a method name, not 'a.b'"));
+  EXPECT_TRUE(RefusedFor(methods(R"j([{"name": "forward", "schema": "eps() -> float"}])j"),
+                         "'classes': my_ops::RMSNorm: the schema of forward must start with "
+                         "'forward('"));
+  EXPECT_TRUE(RefusedFor(methods(R"j([{"name": "eps", "schema": "eps() -> float"},
+                                     {"name": "eps", "schema": "eps() -> float"}])j"),
+                         "'classes': my_ops::RMSNorm: method eps is listed twice"));
+  std::string many;
+  for (size_t i = 0; i <= 256; ++i) {
+    many += (i ? "," : "") + std::string(R"({"name": "my_ops::C)") + std::to_string(i) +
+            R"(", "methods": []})";
+  }
+  EXPECT_TRUE(RefusedFor(classes("[" + many + "]"), "'classes' holds more than 256 entries"));
 }
 
 TEST(Manifest, RefusesMissingOrMistypedTarget) {
