@@ -42,7 +42,10 @@ the current folder (under `bazel run`, to the folder it was started from).
                     package). Before anything is loaded, the package and every
                     op library must match its sha256 sums, its torch version
                     must be this loader's, and this CPU must have the
-                    instruction set it records; exit 10 otherwise.
+                    instruction set it records; exit 10 otherwise. Once the
+                    op libraries are loaded, they must register every custom
+                    op (with the same schema) and class it names; exit 3
+                    otherwise.
   --public-key KEY  also require a valid Ed25519 signature of the manifest:
                     manifest.sig beside it (the manifest's name, .json -> .sig).
                     KEY: a PEM public key (export --generate-key writes one)
@@ -74,7 +77,9 @@ Exit status (one line on stderr for every error):
   1  any other error (including a failure inside the model, a temporary
      folder on a noexec file system, a write to a closed standard output)
   2  bad command line (also a flag given twice, or one op library twice)
-  3  op library missing, unreadable, a symbolic link, or cannot be loaded
+  3  op library missing, unreadable, a symbolic link, or cannot be loaded, or
+     the op libraries lack an op or class the manifest names (or register an
+     op or method with another schema)
   4  package file missing, unreadable or a symbolic link
   5  package corrupt or not an AOTInductor package (not a zip, truncated,
      unsafe entry names, a zip64 record that disagrees with the classic one,

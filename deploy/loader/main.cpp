@@ -18,6 +18,7 @@
 #include "deploy/loader/cli.h"
 #include "deploy/loader/failure.h"
 #include "deploy/loader/file_io.h"
+#include "deploy/loader/op_check.h"
 #include "deploy/loader/private_dir.h"
 #include "deploy/loader/runner.h"
 #include "deploy/loader/stage.h"
@@ -80,7 +81,8 @@ int run(int argc, char** argv) {
       }
     }
   }
-  const std::string device = verify_manifest(opt, package, libraries);
+  Registrations needed;  // what the package calls; stays empty with --no-verify
+  const std::string device = verify_manifest(opt, package, libraries, &needed);
   const uint64_t max_input = opt.max_input_mib << 20;
   std::vector<at::Tensor> inputs = load_tensors(opt.input, "input file", max_input);
   std::vector<at::Tensor> expected;
@@ -90,6 +92,7 @@ int run(int argc, char** argv) {
 
   if (device == "cuda") load_cuda_backend();
   load_op_libraries(libraries);
+  check_registrations(needed, opt.ops);
   // Enables the shape/dtype/stride checks compiled into every AOTI model; without them a bad
   // input is undefined behaviour inside generated code.
   ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);

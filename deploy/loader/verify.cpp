@@ -79,7 +79,8 @@ void check_package(const VerifiedCopy& package, uint64_t max_unpacked_bytes) {
 }
 
 std::string verify_manifest(const Options& opt, const VerifiedCopy& package,
-                            const std::vector<VerifiedCopy>& libraries) {
+                            const std::vector<VerifiedCopy>& libraries,
+                            Registrations* registrations) {
   if (!opt.verify) {
     std::cerr << "loader: WARNING: --no-verify: the package and op libraries are NOT checked "
                  "against a manifest; running unverified native code\n";
@@ -165,6 +166,7 @@ std::string verify_manifest(const Options& opt, const VerifiedCopy& package,
     fail(kIntegrity, "op library " + lib.source + " (sha256 " + lib.sha256 +
                          ") is not listed in manifest " + path);
   }
+  *registrations = std::move(m.registrations);
   return m.device;
 }
 

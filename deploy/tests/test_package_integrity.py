@@ -1,27 +1,37 @@
 """Package integrity: the loader checks model.pt2 and every op library
 against manifest.json (and, with --public-key, its signature) before it
 loads either, and refuses with exit 10, one line naming the file, and no
-output."""
+output. Once the op libraries are loaded, the custom ops and classes the
+manifest says the package calls must be registered as exported, or it stops
+with exit 3 before the package loads."""
 
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import (
+    DEPLOY_DIR,
     LOADER_EXIT,
+    MAX_BATCH,
     NO_VERIFY_WARNING,
     error_lines,
     loader_error_lines,
     run_export,
     run_loader,
 )
+
+# default_model.py sits beside the tests' folder, as the exporter sees it.
+sys.path.insert(0, str(DEPLOY_DIR))
+import default_model  # noqa: E402
 
 
 def _sha256(path: Path) -> str:
@@ -205,6 +215,36 @@ def test_missing_cpu_feature_is_refused(loader_bin, pkg: Path, tmp_path: Path) -
     _assert_refused(proc, out, str(pkg / "manifest.json"), feature, "lacks")
 
 
+def test_package_file_that_is_a_path_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    manifest["package"]["file"] = "../../etc/passwd"
+    (pkg / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(
+        proc,
+        out,
+        str(pkg / "manifest.json"),
+        "malformed: 'package': 'file' must be a plain file name, not '../../etc/passwd'",
+    )
+
+
+def test_manifest_of_the_previous_format_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    # As an export before "ops" and "classes" wrote it: this loader could not check what the
+    # package calls.
+    manifest = json.loads((pkg / "manifest.json").read_text())
+    manifest.pop("ops", None)
+    manifest.pop("classes", None)
+    manifest["format"] = "my_ops.manifest/1"
+    (pkg / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_refused(
+        proc,
+        out,
+        str(pkg / "manifest.json"),
+        "format 'my_ops.manifest/1', this loader reads 'my_ops.manifest/2'",
+    )
+
+
 def test_missing_manifest_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
     (pkg / "manifest.json").unlink()
     proc, out = _run(loader_bin, pkg, tmp_path)
@@ -300,3 +340,166 @@ def test_private_key_is_not_a_public_key(
     private_key = str(signing_keys / "signing_key.pem")
     proc, out = _run(loader_bin, pkg, tmp_path, "--public-key", private_key)
     _assert_refused(proc, out, private_key)
+
+
+# --------------------------------------------------------------------------- ops and classes
+
+
+@functools.cache
+def _graph_calls() -> tuple[list[dict], list[dict]]:
+    """The custom ops and classes the default model calls, from its exported graph.
+
+    Found here, as the manifest's "ops" and "classes" should list them: every
+    op outside aten, prim and prims with its schema, and each custom class
+    with the methods the graph calls on it.
+    """
+    spec = default_model.make_model(max_batch=MAX_BATCH)
+    with torch.no_grad():
+        program = torch.export.export(
+            spec.module.eval(),
+            tuple(spec.example_inputs),
+            dynamic_shapes=spec.dynamic_shapes,
+            strict=False,
+        )
+    # A placeholder's input spec names the object it stands for among the program's constants.
+    spec_of = {s.arg.name: s for s in program.graph_signature.input_specs}
+    ops: dict[str, str] = {}
+    methods: dict[str, dict[str, str]] = {}
+    for module in program.graph_module.modules():
+        if not isinstance(module, torch.fx.GraphModule):
+            continue
+        for node in module.graph.nodes:
+            if node.op != "call_function":
+                continue
+            if isinstance(node.target, torch._ops.OpOverload):
+                if node.target.namespace not in ("aten", "prim", "prims"):
+                    ops[node.target.name()] = str(node.target._schema)
+            elif node.target is torch.ops.higher_order.call_torchbind:
+                holder, method = node.args[0], node.args[1]
+                obj = program.constants[spec_of[holder.name].target]
+                qualified = obj._type().qualified_name()
+                schema = str(obj._get_method(method).schema)
+                methods.setdefault(qualified, {})[method] = schema
+    classes = [
+        {
+            "name": "::".join(q.removeprefix("__torch__.torch.classes.").split(".")),
+            "methods": [{"name": m, "schema": s} for m, s in sorted(ms.items())],
+        }
+        for q, ms in methods.items()
+    ]
+    return (
+        [{"name": n, "schema": s} for n, s in sorted(ops.items())],
+        sorted(classes, key=lambda c: c["name"]),
+    )
+
+
+def test_manifest_names_what_the_package_calls(exported: Path) -> None:
+    manifest = json.loads((exported / "manifest.json").read_text())
+    ops, classes = _graph_calls()
+    assert manifest["ops"] == ops
+    assert manifest["classes"] == classes
+    # What the default model is made of (see its docstring): the graph walk found something.
+    assert {"my_ops::fused_bias_gelu", "my_ops::silu_and_mul"} <= {op["name"] for op in ops}
+    assert [c["name"] for c in classes] == ["my_ops::RMSNorm"]
+
+
+def _assert_ops_refused(proc, out: Path, *needles: str) -> None:
+    assert proc.returncode == LOADER_EXIT["ops"], (proc.returncode, proc.stderr)
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("loader: error: "), proc.stderr
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert not out.exists()
+
+
+def _write_calls(manifest_path: Path, ops: list[dict], classes: list[dict]) -> None:
+    """The manifest with these "ops" and "classes", unsigned: every other check still passes."""
+    _edit_manifest(manifest_path, ops=sorted(ops, key=lambda op: op["name"]), classes=classes)
+
+
+def test_op_the_library_lacks_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    # As if exported with a library that has one more op than the one given.
+    ops, classes = _graph_calls()
+    extra = {
+        "name": "my_ops::rotary_embedding",
+        "schema": "my_ops::rotary_embedding(Tensor x, Tensor cos, Tensor sin) -> Tensor",
+    }
+    _write_calls(pkg / "manifest.json", [*ops, extra], classes)
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_ops_refused(
+        proc,
+        out,
+        "no op library registers op my_ops::rotary_embedding, which the package calls",
+        f"(looked in {pkg / 'libmy_ops.so'})",
+        f"expected '{extra['schema']}', found none",
+    )
+
+
+def test_op_with_another_schema_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    # As from a library rebuilt with a changed schema since the export.
+    ops, classes = _graph_calls()
+    registered = str(torch.ops.my_ops.fused_bias_gelu.default._schema)
+    exported = registered.replace('approximate="none"', 'approximate="tanh"')
+    assert exported != registered
+    changed = [op | {"schema": exported} if op["schema"] == registered else op for op in ops]
+    assert changed != ops
+    _write_calls(pkg / "manifest.json", changed, classes)
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_ops_refused(
+        proc,
+        out,
+        "op my_ops::fused_bias_gelu has another schema than the package was exported with",
+        f"(looked in {pkg / 'libmy_ops.so'})",
+        f"expected '{exported}', found '{registered}'",
+    )
+
+
+def test_class_method_with_another_schema_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    ops, classes = _graph_calls()
+    (rms_norm,) = classes
+    (method,) = (m for m in rms_norm["methods"] if m["name"] == "forward")
+    exported = method["schema"].replace("Tensor x", "Tensor x, float scale")
+    changed = [rms_norm | {"methods": [method | {"schema": exported}]}]
+    _write_calls(pkg / "manifest.json", ops, changed)
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_ops_refused(
+        proc,
+        out,
+        "method forward of class my_ops::RMSNorm has another schema",
+        f"expected '{exported}', found '{method['schema']}'",
+    )
+
+
+def test_class_the_library_lacks_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    ops, classes = _graph_calls()
+    _write_calls(pkg / "manifest.json", ops, [*classes, {"name": "my_ops::KVCache", "methods": []}])
+    proc, out = _run(loader_bin, pkg, tmp_path)
+    _assert_ops_refused(
+        proc,
+        out,
+        "no op library registers class my_ops::KVCache, which the package uses",
+        f"(looked in {pkg / 'libmy_ops.so'})",
+    )
+
+
+def test_signed_manifest_naming_a_missing_op_is_refused(
+    loader_bin, pkg: Path, signing_keys: Path, tmp_path: Path
+) -> None:
+    # Re-signed with the key that signs exports, so the signature check passes and the op check
+    # is what refuses it.
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_pem_private_key(
+        (signing_keys / "signing_key.pem").read_bytes(), password=None
+    )
+    ops, classes = _graph_calls()
+    _write_calls(
+        pkg / "manifest.json",
+        [*ops, {"name": "my_ops::zz_extra", "schema": "my_ops::zz_extra() -> ()"}],
+        classes,
+    )
+    (pkg / "manifest.sig").write_bytes(key.sign((pkg / "manifest.json").read_bytes()))
+    public_key = str(signing_keys / "public_key.pem")
+    proc, out = _run(loader_bin, pkg, tmp_path, "--public-key", public_key)
+    _assert_ops_refused(proc, out, "no op library registers op my_ops::zz_extra")
