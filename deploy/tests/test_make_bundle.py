@@ -24,6 +24,10 @@ DEPLOY_DIR = Path(os.path.abspath(__file__)).parent.parent
 MAKE_BUNDLE = DEPLOY_DIR / "make_bundle.py"
 EXIT_MISMATCH = 3
 TOP = "my_ops_bundle"
+# The format make_bundle.py and the loader read, from the contract they share.
+MANIFEST_FORMAT = json.loads((DEPLOY_DIR / "package_contract.json").read_text())[
+    "manifest_format"
+]
 
 
 def sha256(data: bytes) -> str:
@@ -50,7 +54,7 @@ class Fixture:
 
     def write_manifest(self, **changes: Any) -> None:
         manifest = {
-            "format": "my_ops.manifest/1",
+            "format": MANIFEST_FORMAT,
             "package": {"file": "model.pt2", "sha256": sha256(self.model.read_bytes())},
             "op_libraries": [{"file": "libmy_ops.so", "sha256": sha256(self.ops.read_bytes())}],
             "torch_version": "2.14.1",
@@ -141,9 +145,9 @@ PACKAGE_SHA256 = "<sha256 of model.pt2>"
         ("not json", "is not valid JSON"),
         ("[]", "is not a JSON object"),
         ('{"format": "someone.else/1"}', "'someone.else/1'"),
-        (json.dumps({"format": "my_ops.manifest/1", "op_libraries": []}), "no package"),
+        (json.dumps({"format": MANIFEST_FORMAT, "op_libraries": []}), "no package"),
         (
-            json.dumps({"format": "my_ops.manifest/1", "package": {"sha256": PACKAGE_SHA256}}),
+            json.dumps({"format": MANIFEST_FORMAT, "package": {"sha256": PACKAGE_SHA256}}),
             "no op_libraries",
         ),
     ],
