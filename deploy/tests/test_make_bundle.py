@@ -25,9 +25,7 @@ MAKE_BUNDLE = DEPLOY_DIR / "make_bundle.py"
 EXIT_MISMATCH = 3
 TOP = "my_ops_bundle"
 # The format make_bundle.py and the loader read, from the contract they share.
-MANIFEST_FORMAT = json.loads((DEPLOY_DIR / "package_contract.json").read_text())[
-    "manifest_format"
-]
+MANIFEST_FORMAT = json.loads((DEPLOY_DIR / "package_contract.json").read_text())["manifest_format"]
 
 
 def sha256(data: bytes) -> str:
