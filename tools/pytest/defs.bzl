@@ -10,8 +10,10 @@ def pytest_test(name, srcs, deps = [], args = [], env = {}, **kwargs):
     The test files are the srcs named test_*.py or *_test.py; pytest runs from
     $TEST_TMPDIR (rootdir: the workspace root in the runfiles) with its cache
     plugin off and no bytecode written, so nothing lands in the runfiles or
-    source tree. Skipped tests are listed (-rs). The runner honours Bazel's
-    test environment:
+    source tree. Skipped tests are listed (-rs); a run in which every selected
+    test skipped fails, since Bazel would report it as PASSED (a target that
+    cannot run on a machine is made incompatible there, and Bazel reports it
+    as SKIPPED). The runner honours Bazel's test environment:
 
     - `--test_filter=EXPR` (TESTBRIDGE_TEST_ONLY) is a pytest `-k` expression,
       and-ed with any `-k` in `args`. A filter that leaves nothing to run passes.

@@ -11,6 +11,11 @@ It follows Bazel's test encyclopedia where pytest can:
 - TESTBRIDGE_TEST_RUNNER_FAIL_FAST (--test_runner_fail_fast) passes --exitfirst.
 - TEST_UNDECLARED_OUTPUTS_DIR is the `undeclared_outputs_dir` fixture.
 
+A run in which every test that pytest selected skipped (a module skipped at import
+included) fails: Bazel has no "skipped" status for a test that ran, so it would
+read as PASSED. A target that cannot run on some machines is made incompatible
+there instead (target_compatible_with), which Bazel reports as SKIPPED.
+
 pytest runs from $TEST_TMPDIR, with its rootdir at the workspace root in the
 runfiles (where Bazel starts the test), its cache plugin off and without
 writing bytecode, so neither its caches, hypothesis' example database nor
@@ -33,16 +38,29 @@ def _env_int(name: str) -> int:
 
 
 class BazelPlugin:
-    """Sharding, and the counts for the empty-run check."""
+    """Sharding, and the counts for the empty-run and all-skipped checks."""
 
     def __init__(self, shard: tuple[int, int] | None) -> None:
         self.shard = shard  # (index, total), or None when not sharded
         self.collected = 0  # items collected, before any -k, -m or shard deselection
         self.before_shard = 0  # items left by -k and -m, which the shards split
         self.in_shard = 0  # items this shard runs
+        self.ran = 0  # tests whose body ran to an outcome (xfail included)
+        self.skipped = 0  # tests, and modules at import, that skipped
 
     def pytest_itemcollected(self) -> None:
         self.collected += 1
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.skipped:
+            self.skipped += 1
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # An xfail is reported as skipped, but its body ran.
+        if report.skipped and not hasattr(report, "wasxfail"):
+            self.skipped += 1
+        elif report.when == "call":
+            self.ran += 1
 
     # trylast: shards split what -k (so --test_filter) and -m left, so they stay balanced.
     @pytest.hookimpl(trylast=True)
@@ -165,6 +183,15 @@ def main(argv: list[str]) -> int:
         why = ", ".join(why)
         print(f"pytest_runner: no test to run here ({plugin.collected} collected; {why}): passing.")
         return 0
+    if code in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED) and (
+        plugin.skipped and not plugin.ran
+    ):
+        print(
+            f"pytest_runner: all {plugin.skipped} skipped and none ran, so nothing was "
+            "tested: failing. A target that cannot run here should be incompatible with "
+            "this machine (target_compatible_with), which Bazel reports as SKIPPED."
+        )
+        return int(pytest.ExitCode.TESTS_FAILED)
     return int(code)
 
 

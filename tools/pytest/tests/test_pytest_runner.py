@@ -14,6 +14,7 @@ import pytest
 HERE = Path(__file__).parent
 RUNNER = HERE.parent / "pytest_runner.py"
 SAMPLE = HERE / "test_sample.py"
+SKIP_SAMPLE = HERE / "skip_sample.py"
 
 # Every test in test_sample.py, as its log names them.
 ALL = {
@@ -44,6 +45,7 @@ _STRIPPED = (
     "PYTHONDONTWRITEBYTECODE",
     "PYTHONPYCACHEPREFIX",
     "SAMPLE_FAIL",
+    "SKIP_SAMPLE",
 )
 
 
@@ -67,9 +69,10 @@ def run(tmp_path: Path):
     src.mkdir(parents=True)
     sample = src / SAMPLE.name
     shutil.copyfile(SAMPLE, sample)
+    shutil.copyfile(SKIP_SAMPLE, src / SKIP_SAMPLE.name)
     counter = iter(range(1000))
 
-    def _run(*args: str, **env: str) -> Run:
+    def _run(*args: str, test_file: str = SAMPLE.name, **env: str) -> Run:
         n = next(counter)
         scratch = tmp_path / f"tmp{n}"
         scratch.mkdir()
@@ -83,7 +86,7 @@ def run(tmp_path: Path):
         )
         environ.update(env)
         proc = subprocess.run(
-            [sys.executable, str(RUNNER), str(sample), *args],
+            [sys.executable, str(RUNNER), str(src / test_file), *args],
             cwd=workspace,
             env=environ,
             stdout=subprocess.PIPE,
@@ -245,7 +248,7 @@ def test_no_caches_or_bytecode_written(run, tmp_path: Path):
     # test file would write __pycache__ beside it.
     r = run(SAMPLE_FAIL="test_beta")
     assert r.code == 1, r
-    assert sorted(p.name for p in run.src.iterdir()) == [SAMPLE.name], (
+    assert sorted(p.name for p in run.src.iterdir()) == [SKIP_SAMPLE.name, SAMPLE.name], (
         "the runner wrote into the test's folder"
     )
     written = [
@@ -254,3 +257,42 @@ def test_no_caches_or_bytecode_written(run, tmp_path: Path):
         if p.name in (".pytest_cache", "__pycache__")
     ]
     assert written == [], r
+
+
+def test_some_skipped_passes(run):
+    r = run(test_file=SKIP_SAMPLE.name)
+    assert r.code == 0, r
+    assert sorted(r.ran) == ["test_runs", "test_xfail"], r
+    assert "none ran" not in r.output, r
+
+
+@pytest.mark.parametrize(
+    "how, env",
+    [
+        ("every test skips in its body or by mark", {"SKIP_SAMPLE": "calls"}),
+        ("the module skips at import", {"SKIP_SAMPLE": "module"}),
+        ("a module-level mark skips every test", {"SKIP_SAMPLE": "mark"}),
+        ("the filter keeps only a skipped test", {"TESTBRIDGE_TEST_ONLY": "marked"}),
+    ],
+)
+def test_all_skipped_fails(run, how, env):
+    # Bazel would report these as PASSED, though nothing was tested.
+    r = run(test_file=SKIP_SAMPLE.name, **env)
+    assert r.code == 1, (how, r)
+    assert r.ran == [], (how, r)
+    assert "none ran, so nothing was tested: failing" in r.output, (how, r)
+
+
+def test_all_skipped_fails_in_a_shard(run):
+    # 3 tests, 3 shards: the marked test's shard has only a skipped test.
+    codes = {}
+    for index in range(3):
+        r = run(test_file=SKIP_SAMPLE.name, TEST_TOTAL_SHARDS="3", TEST_SHARD_INDEX=str(index))
+        codes[tuple(r.ran)] = r.code
+    assert codes == {("test_runs",): 0, ("test_xfail",): 0, (): 1}, codes
+
+
+def test_an_xfail_counts_as_run(run):
+    r = run(test_file=SKIP_SAMPLE.name, SKIP_SAMPLE="xfail", TESTBRIDGE_TEST_ONLY="xfail")
+    assert r.code == 0, r
+    assert r.ran == ["test_xfail"], r
