@@ -34,7 +34,6 @@ from build_step import cuda_toolkit_script  # noqa: E402
 
 sys.path.insert(0, str(cuda_toolkit_script().parent))
 import cuda_toolkit  # noqa: E402
-from bench_step import bench_verdict  # noqa: E402
 from build_step import (  # noqa: E402
     bzl_lists,
     choose_cudart,
@@ -93,76 +92,6 @@ def test_flags_file_with_anything_but_string_lists_is_refused(tmp_path, text):
     path.write_text('"""Doc."""\n\nOK = ["-O3"]\n' + text)
     with pytest.raises(RuntimeError, match="flags.bzl:4: not a NAME = \\[strings\\] constant"):
         bzl_lists(path)
-
-
-def _bench(**over) -> dict:
-    data = {
-        "device": "NVIDIA H200",
-        "shape": [65536, 1024],
-        "dtype": "float32",
-        "clone_gbps": 4000.0,
-        "rows": [
-            {"op": "op_a", "impl": "my_ops", "ms": 0.2, "gbps": 3640, "clone_bw_fraction": 0.91},
-            {"op": "op_a", "impl": "eager", "ms": 0.4, "gbps": 1800, "clone_bw_fraction": 0.45},
-            {"op": "op_b", "impl": "my_ops", "ms": 0.3, "gbps": 3120, "clone_bw_fraction": 0.78},
-        ],
-        "targets": [
-            {"op": "op_a", "what": "bandwidth / copy >= 0.8", "value": 0.91, "met": True},
-            {"op": "op_b", "what": "bandwidth / copy >= 0.7", "value": 0.78, "met": True},
-        ],
-        "all_met": True,
-    }
-    return data | over
-
-
-def test_bench_verdict_lists_every_op_bench_reports():
-    assert bench_verdict({"fp32": _bench()}, True) == (
-        True,
-        "op_a 0.91 op_b 0.78 of copy (targets met)",
-    )
-    assert bench_verdict({"fp32": _bench()}, False) == (
-        True,
-        "op_a 0.91 op_b 0.78 of copy (cpu, targets not checked)",
-    )
-
-
-def test_bench_verdict_fails_on_a_missed_or_missing_target():
-    data = _bench(all_met=False)
-    data["targets"][1] |= {"value": 0.6, "met": False}
-    assert bench_verdict({"fp32": data}, True) == (
-        False,
-        "op_a 0.91 op_b 0.78 of copy (targets missed: op_b bandwidth / copy >= 0.7: 0.60)",
-    )
-    assert not bench_verdict({"fp32": _bench(targets=[])}, True)[0]
-    assert not bench_verdict({"fp32": _bench(all_met=False)}, True)[0]
-    assert not bench_verdict({"fp32": _bench(rows=[])}, False)[0]
-
-
-def test_bench_verdict_shows_the_main_case_and_names_the_others():
-    missed = _bench(all_met=False, dtype="bfloat16")
-    missed["targets"][0] |= {"value": 0.55, "met": False}
-    cases = {"fp32": _bench(), "bf16_cols4100": missed, "offset1": _bench()}
-    assert bench_verdict(cases, True) == (
-        False,
-        "op_a 0.91 op_b 0.78 of copy (targets met; bf16_cols4100 targets missed: "
-        "op_a bandwidth / copy >= 0.8: 0.55; offset1 targets met)",
-    )
-    cases["bf16_cols4100"] = _bench()
-    assert bench_verdict(cases, True) == (
-        True,
-        "op_a 0.91 op_b 0.78 of copy (targets met; bf16_cols4100 targets met; offset1 targets met)",
-    )
-    # A case bench.py failed on (an --offset it does not know yet, say) fails the step.
-    cases["offset1"] = "bench.py exit 2"
-    assert bench_verdict(cases, True) == (
-        False,
-        "op_a 0.91 op_b 0.78 of copy (targets met; bf16_cols4100 targets met; "
-        "offset1 bench.py exit 2)",
-    )
-    assert bench_verdict({"fp32": "bench.py exit 1", "offset1": _bench()}, True) == (
-        False,
-        "fp32 (bench.py exit 1; offset1 targets met)",
-    )
 
 
 def _toolkit(root: Path, version: str, cudart: str | None = None, log: Path | None = None):
