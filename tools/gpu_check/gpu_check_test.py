@@ -26,7 +26,7 @@ else:
     SCRIPT = Path(os.path.abspath(__file__)).parent / "gpu_check.py"
 ROOT = SCRIPT.parents[2]
 SCRATCH = Path(os.environ.get("TEST_TMPDIR") or "/tmp")
-# A small part of the suite (the //python:test_* targets run all of it).
+# A small part of the suite (the //python:*_test targets run all of it).
 SUBSET = "test_class or test_opcheck"
 
 sys.path.insert(0, str(SCRIPT.parent))
