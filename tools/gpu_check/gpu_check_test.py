@@ -404,7 +404,7 @@ def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path):
     assert len(link) == 1 and link[0].endswith(" -l:libcudart.so.13")
     assert any("deploy/loader/main.cpp" in c for c in steps["build"])
     assert "MY_OPS_TEST_DEVICES=cuda " in steps["tests"][0] and " -m pytest " in steps["tests"][0]
-    assert " deploy/export.py --device cuda " in steps["export"][0]
+    assert " -m deploy.export --device cuda " in steps["export"][0]
     # The GPU compile itself is under test: no package from an earlier export's cache.
     assert steps["export"][0].rstrip().endswith(" --no-cache")
     assert sum("/loader --ops " in c for c in steps["loader"]) == 2
