@@ -3,8 +3,8 @@
 Environment (set by the Bazel py_test rules; set them by hand otherwise):
   MY_OPS_LIBRARY  path to libmy_ops.so (also read by the my_ops package)
   MY_OPS_LOADER   path to the C++ loader binary
-  MY_OPS_EXPORT   optional: export executable; default runs deploy/export.py
-                  with this interpreter
+  MY_OPS_EXPORT   optional: export executable; default runs python -m
+                  deploy.export with this interpreter
   LIBTORCH_LIB    optional: LibTorch lib folder (or a file in it) for the
                   copied-loader and bundle tests; default: what the loader uses
   MY_OPS_DEFAULT_PACKAGE  the files of //deploy:default_package (space
@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
+from deploy.contract.package_contract import load as load_contract
+
 # absolute(), not resolve(): under Bazel the files are symlinks in the
-# runfiles tree, and their neighbours (default_model.py, ...) live there too.
+# runfiles tree, and their neighbours (bad_models.py, ...) live there too.
 TESTS_DIR = Path(os.path.abspath(__file__)).parent
-DEPLOY_DIR = TESTS_DIR.parent
 
 
 def absolute_from_env(value: str) -> str:
@@ -81,16 +82,10 @@ LOADER_EXIT = {
     "integrity": 10,
 }
 
-# What an unpacked bundle holds (//deploy:bundle and //deploy:bundle_linux_aarch64).
-BUNDLE_FILES = (
-    "README.md",
-    "expected_output.pt",
-    "libmy_ops.so",
-    "loader",
-    "manifest.json",
-    "model.pt2",
-    "run.sh",
-    "sample_input.pt",
+# What an unpacked bundle holds (//deploy:bundle and //deploy:bundle_linux_aarch64):
+# an unsigned export's files, and what edge_bundle adds to them.
+BUNDLE_FILES = tuple(
+    sorted(("README.md", "libmy_ops.so", "loader", "run.sh", *load_contract().export_files))
 )
 
 # Batch limit of the package the `exported` fixture makes.
@@ -120,8 +115,9 @@ def loader_bin() -> str:
 
 def child_env(tmpdir: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    # Subprocesses must import my_ops and the test helpers exactly as we do.
-    paths = [str(TESTS_DIR), str(DEPLOY_DIR)] + [p for p in sys.path if p]
+    # Subprocesses must import my_ops, deploy.export and the test helpers
+    # (bad_models for --model) exactly as we do.
+    paths = [str(TESTS_DIR)] + [p for p in sys.path if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     if tmpdir is not None:
         tmpdir.mkdir(parents=True, exist_ok=True)
@@ -137,7 +133,7 @@ def export_command() -> list[str]:
     exe = os.environ.get("MY_OPS_EXPORT")
     if exe:
         return [absolute_from_env(exe)]
-    return [sys.executable, str(DEPLOY_DIR / "export.py")]
+    return [sys.executable, "-m", "deploy.export"]
 
 
 def run_export(

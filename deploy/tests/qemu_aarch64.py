@@ -1,4 +1,4 @@
-"""deploy/qemu.py for the tests: paths from the environment, failures as test failures.
+"""deploy/qemu/qemu.py for the tests: paths from the environment, failures as test failures.
 
 Environment (set by the Bazel rules):
   AARCH64_SYSROOT_LD   the arm64 sysroot's lib/ld-linux-aarch64.so.1
@@ -11,14 +11,12 @@ proven on every run, or reported broken.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import DEPLOY_DIR, absolute_from_env
+from conftest import absolute_from_env
 
-sys.path.insert(0, str(DEPLOY_DIR))
-import qemu  # noqa: E402
+from deploy.qemu import qemu
 
 CPU = qemu.CPU
 

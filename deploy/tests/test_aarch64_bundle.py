@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -18,11 +17,9 @@ from pathlib import Path
 import pytest
 import qemu_aarch64
 import torch
-from conftest import BUNDLE_FILES, DEPLOY_DIR, LOADER_EXIT, absolute_from_env
+from conftest import BUNDLE_FILES, LOADER_EXIT, absolute_from_env
 
-# default_model.py sits beside the tests' folder, as the exporter sees it.
-sys.path.insert(0, str(DEPLOY_DIR))
-import default_model  # noqa: E402
+from deploy import default_model
 
 # Emulated start-up of a program linked to libtorch_cpu takes seconds.
 TIMEOUT = 600

@@ -1,4 +1,4 @@
-"""The CPU features of deploy/package_contract.json as the exporter uses them.
+"""The CPU features of deploy/contract/package_contract.json as the exporter uses them.
 
 The loader compiles the same rows in (deploy/loader/package_contract.h); its
 side is tested in deploy/loader/tests/cpu_check_test.cpp, and the reader of
@@ -17,14 +17,9 @@ from pathlib import Path
 
 import pytest
 
-# absolute(), not resolve(): under Bazel the modules beside export_manifest.py
-# are symlinks in the runfiles tree.
-DEPLOY_DIR = Path(__file__).absolute().parent.parent
-sys.path.insert(0, str(DEPLOY_DIR))
-
-import export_manifest  # noqa: E402
-import package_contract  # noqa: E402
-from export_error import ExportError  # noqa: E402
+from deploy.contract import package_contract
+from deploy.export import manifest as export_manifest
+from deploy.export.errors import ExportError
 
 CROSS_CXX = "aarch64-linux-gnu-g++-12"
 # A package that calls no custom op or class (the manifest's "ops" and "classes" are empty).
@@ -78,7 +73,7 @@ def test_every_row_and_macro_of_the_contract_is_read() -> None:
 def test_levels_are_the_ones_export_writes() -> None:
     assert export_manifest.cpu_levels("linux-x86_64") == ["x86-64-v2", "x86-64-v3", "x86-64-v4"]
     assert export_manifest.cpu_levels("linux-aarch64") == ["armv8-a"]
-    from export_compile import MARCH
+    from deploy.export.compile import MARCH
 
     assert set(MARCH.values()) - {"native"} <= set(export_manifest.cpu_levels("linux-x86_64"))
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
-import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
@@ -15,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import (
-    DEPLOY_DIR,
+    BUNDLE_FILES,
     LOADER_EXIT,
     MAX_BATCH,
     NO_VERIFY_WARNING,
@@ -29,11 +27,8 @@ from conftest import (
 
 @pytest.fixture(scope="module")
 def eager():
-    sys.path.insert(0, str(DEPLOY_DIR))
-    try:
-        import default_model
-    finally:
-        sys.path.remove(str(DEPLOY_DIR))
+    from deploy import default_model
+
     return default_model.make_model(max_batch=MAX_BATCH)
 
 
@@ -343,22 +338,18 @@ def test_loader_has_no_libpython(loader_bin) -> None:
 def test_bundle_run_sh(
     loader_bin, ops_library, exported: Path, signing_keys: Path, tmp_path: Path
 ) -> None:
-    bundle_tar = tmp_path / "bundle.tar.gz"
-    proc = subprocess.run(
-        [sys.executable, str(DEPLOY_DIR / "make_bundle.py"), "--export-dir", str(exported),
-         "--loader", loader_bin, "--ops", ops_library, "--output", str(bundle_tar)],
-        capture_output=True, text=True,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    with tarfile.open(bundle_tar) as tar:
-        names = sorted(tar.getnames())
-        tar.extractall(tmp_path / "x", filter="data")
+    # The bundle as edge_bundle lays it out (//deploy:bundle_test unpacks the
+    # real one), from a signed export: run.sh with --public-key.
     top = "my_ops_bundle"
-    assert names == sorted(
-        f"{top}/{n}"
-        for n in ("loader", "libmy_ops.so", "model.pt2", "sample_input.pt",
-                  "expected_output.pt", "manifest.json", "manifest.sig", "run.sh", "README.md")
-    )  # fmt: skip
+    bundle = tmp_path / "x" / top
+    bundle.mkdir(parents=True)
+    for name in os.listdir(exported):
+        shutil.copy(exported / name, bundle / name)
+    shutil.copy(loader_bin, bundle / "loader")
+    shutil.copy(ops_library, bundle / "libmy_ops.so")
+    shutil.copy(absolute_from_env("deploy/bundle/run.sh"), bundle / "run.sh")
+    shutil.copy(absolute_from_env("deploy/bundle/BUNDLE_README.md"), bundle / "README.md")
+    assert sorted(os.listdir(bundle)) == sorted(BUNDLE_FILES + ("manifest.sig",))
     torch_lib = _libtorch_dir(loader_bin)
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()

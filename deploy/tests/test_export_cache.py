@@ -9,15 +9,12 @@ import hashlib
 import json
 import multiprocessing
 import os
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from export_cache import Cache, default_dir, digest  # noqa: E402
+from deploy.export.cache import Cache, default_dir, digest
 
 
 def _package(path: Path, content: bytes) -> str:

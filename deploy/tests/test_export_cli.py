@@ -1,14 +1,15 @@
-"""Command-line errors of deploy/export.py, and its Inductor settings; none of these compile."""
+"""The exporter's command-line errors and Inductor settings; none of these compile."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
 
 import pytest
-from conftest import DEPLOY_DIR, error_lines, run_export
+from conftest import error_lines, run_export
+
+from deploy.export import compile as export_compile
 
 # export --help: "Exit status 0 on success, 2 on bad usage, 3 when --out may not
 # be replaced (nothing is touched), 130 when interrupted, 1 on any other failure".
@@ -188,14 +189,6 @@ def test_bad_signing_key_fails_first(tmp_path: Path, content: bytes | None, need
     assert not (tmp_path / "o").exists()
 
 
-def _load_export():
-    spec = importlib.util.spec_from_file_location("export", DEPLOY_DIR / "export.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _config_value(path: str):
     import torch._inductor.config
 
@@ -209,9 +202,8 @@ def _config_value(path: str):
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("isa", ["portable", "native"])
 def test_inductor_options(device: str, isa: str) -> None:
-    export = _load_export()
     signature = '[{"dtype":"Float","sizes":[{"min":1,"max":16},{"min":8,"max":8}]}]'
-    opts = export.inductor_options(device, isa, "/usr/bin/g++", signature)
+    opts = export_compile.inductor_options(device, isa, "/usr/bin/g++", signature)
     # A misspelt key would be ignored silently by a config patch.
     for key in opts:
         _config_value(key)
@@ -229,14 +221,17 @@ def test_inductor_options(device: str, isa: str) -> None:
 
 
 def test_headers_are_precompiled_only_where_they_are_kept(tmp_path: Path) -> None:
-    export = _load_export()
     from torch._inductor import codecache
 
     saved = codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR
     try:
-        assert export.keep_precompiled_headers(None) == {"aot_inductor.precompile_headers": False}
+        assert export_compile.keep_precompiled_headers(None) == {
+            "aot_inductor.precompile_headers": False
+        }
         kept = str(tmp_path / "headers")
-        assert export.keep_precompiled_headers(kept) == {"aot_inductor.precompile_headers": True}
+        assert export_compile.keep_precompiled_headers(kept) == {
+            "aot_inductor.precompile_headers": True
+        }
         # Where Inductor's _precompile_header writes them.
         assert codecache._HEADER_DIR == kept
         assert codecache._HEADER_LOCK_DIR.startswith(kept)
@@ -253,8 +248,6 @@ def _exported(module, inputs, dynamic_shapes=None):
 def test_input_signature_is_the_json_the_loader_reads() -> None:
     import torch
 
-    export = _load_export()
-
     class TwoInputs(torch.nn.Module):
         def forward(self, x, ids, mask):
             return x.sum() + ids.sum() + mask.sum()
@@ -266,7 +259,7 @@ def test_input_signature_is_the_json_the_loader_reads() -> None:
         (torch.zeros(4, 16), torch.zeros(4, 3, dtype=torch.int64), torch.zeros((), dtype=bool)),
         {"x": {0: batch}, "ids": {0: batch, 1: seq}, "mask": None},
     )
-    text = export.input_signature(ep)
+    text = export_compile.input_signature(ep)
     assert json.loads(text) == [
         {"dtype": "Float", "sizes": [{"min": 1, "max": 8}, {"min": 16, "max": 16}]},
         {"dtype": "Long", "sizes": [{"min": 1, "max": 8}, {"min": 2, "max": None}]},
@@ -279,11 +272,9 @@ def test_input_signature_is_the_json_the_loader_reads() -> None:
 def test_input_signature_is_none_for_a_dtype_the_loader_does_not_know() -> None:
     import torch
 
-    export = _load_export()
-
     class Identity(torch.nn.Module):
         def forward(self, x):
             return x * 2
 
     ep = _exported(Identity(), (torch.zeros(2, dtype=torch.complex64),))
-    assert export.input_signature(ep) is None
+    assert export_compile.input_signature(ep) is None

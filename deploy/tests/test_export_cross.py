@@ -7,7 +7,6 @@ test_aarch64_export.py; these pin the parts that patch or rewrite torch's output
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -15,10 +14,7 @@ from pathlib import Path
 
 import pytest
 
-DEPLOY_DIR = Path(os.path.abspath(__file__)).parent.parent
-sys.path.insert(0, str(DEPLOY_DIR))
-
-import export_cross  # noqa: E402
+from deploy.export import cross as export_cross
 
 AARCH64 = export_cross.TARGETS["linux-aarch64"]
 
@@ -118,7 +114,8 @@ def test_cross_target_refuses_host_only_flags(
     proc = subprocess.run(
         [
             sys.executable,
-            str(DEPLOY_DIR / "export.py"),
+            "-m",
+            "deploy.export",
             "--target",
             "linux-aarch64",
             *flags,

@@ -1,13 +1,12 @@
 """export --out replaces only what an export wrote, and the swap survives interrupts.
 
 The CLI tests are refused before anything is compiled. The swap itself is
-tested by calling export.publish on staged files, so no test here compiles.
+tested by calling deploy.export.output.publish on staged files, so no test here compiles.
 """
 
 from __future__ import annotations
 
 import errno
-import importlib.util
 import json
 import os
 import signal
@@ -16,23 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DEPLOY_DIR, child_env, error_lines, export_command, run_export
+from conftest import child_env, error_lines, export_command, run_export
+
+from deploy.export.errors import ExportError
+from deploy.export.output import publish
 
 # The C++ loader's format line; a folder whose manifest.json carries it is a
 # previous export.
 MANIFEST_FORMAT = "my_ops.manifest/2"
 EXIT_OUT_REFUSED = 3
-
-
-def _load_export() -> Any:
-    spec = importlib.util.spec_from_file_location("export", DEPLOY_DIR / "export.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-export = _load_export()
 
 
 def tree(root: Path) -> dict[str, Any]:
@@ -250,8 +241,8 @@ def test_publish_rechecks_out(tmp_path: Path, staged, make_out) -> None:
     out = tmp_path / "out"
     make_out(out)
     before = tree(tmp_path)
-    with pytest.raises(export.ExportError, match="not replacing") as e:
-        export.publish(str(stage), str(out), str(work))
+    with pytest.raises(ExportError, match="not replacing") as e:
+        publish(str(stage), str(out), str(work))
     assert e.value.code == EXIT_OUT_REFUSED
     assert str(out) in str(e.value)
     assert tree(tmp_path) == before
@@ -272,8 +263,8 @@ def test_publish_file_added_during_swap(
         real_rename(src, dst)
 
     monkeypatch.setattr(os, "rename", rename)
-    with pytest.raises(export.ExportError, match="notes.txt") as e:
-        export.publish(str(stage), str(out), str(work))
+    with pytest.raises(ExportError, match="notes.txt") as e:
+        publish(str(stage), str(out), str(work))
     monkeypatch.undo()
     assert e.value.code == EXIT_OUT_REFUSED
     assert (out / "notes.txt").read_text() == "written during the swap"
@@ -289,7 +280,7 @@ def test_publish_replaces(tmp_path: Path, staged, old: str) -> None:
     elif old == "empty":
         out.mkdir()
     want = tree(stage)
-    export.publish(str(stage), str(out), str(work))
+    publish(str(stage), str(out), str(work))
     assert tree(out) == want
     # The previous export is gone once the new one is in place, and only then.
     assert os.listdir(work) == []
@@ -315,8 +306,8 @@ def test_publish_failure_between_renames_restores(
         real_rename(src, dst)
 
     monkeypatch.setattr(os, "rename", rename)
-    with pytest.raises((KeyboardInterrupt, export.ExportError)):
-        export.publish(str(stage), str(out), str(work))
+    with pytest.raises((KeyboardInterrupt, ExportError)):
+        publish(str(stage), str(out), str(work))
     monkeypatch.undo()
     assert len(calls) >= 2
     assert tree(out) == before
@@ -341,6 +332,6 @@ def test_publish_ctrl_c_during_swap(
 
     monkeypatch.setattr(os, "rename", rename)
     with pytest.raises(KeyboardInterrupt):
-        export.publish(str(stage), str(out), str(work))
+        publish(str(stage), str(out), str(work))
     monkeypatch.undo()
     assert tree(out) in (old, new)

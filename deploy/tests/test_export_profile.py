@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from export_profile import breakdown, classify, format_breakdown, parse_log  # noqa: E402
+from deploy.export.profile import breakdown, classify, format_breakdown, parse_log
 
 # Command lines shaped as Inductor's (abridged), with made-up times.
 LOG = """\

@@ -1,4 +1,4 @@
-"""deploy/package_contract.py: the reader of package_contract.json and the header it generates.
+"""deploy/contract/package_contract.py: the contract's reader and what it generates.
 
 The exporter and the loader's generated header both come through this reader,
 so what it lets through is what the two sides agree on. The loader's side of
@@ -18,15 +18,10 @@ from typing import Any
 
 import pytest
 
-# absolute(), not resolve(): under Bazel the files beside package_contract.py
-# are symlinks in the runfiles tree.
-DEPLOY_DIR = Path(__file__).absolute().parent.parent
-sys.path.insert(0, str(DEPLOY_DIR))
+from deploy.contract import package_contract
+from deploy.contract.package_contract import ContractError
 
-import package_contract  # noqa: E402
-from package_contract import ContractError  # noqa: E402
-
-SCRIPT = DEPLOY_DIR / "package_contract.py"
+SCRIPT = Path(package_contract.__file__)
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +50,44 @@ def test_the_contract_is_read(raw: dict[str, Any]) -> None:
     assert rows["linux-aarch64", "armv8-a"].hwcap == ("HWCAP_FP", "HWCAP_ASIMD")
     assert rows["linux-aarch64", "sve2"].auxv == "AT_HWCAP2"
     assert rows["linux-aarch64", "sve"].auxv == "AT_HWCAP"
+    assert c.export_files == tuple(raw["export_files"]["required"])
+    assert "manifest.json" in c.export_files and "model.pt2" in c.export_files
+    assert c.optional_export_files == ("manifest.sig",)
+
+
+def test_export_files_bzl_is_current() -> None:
+    # Starlark cannot read JSON: the export rule loads this generated copy.
+    bzl = Path(package_contract.CONTRACT_PATH).with_name("export_files.bzl")
+    assert bzl.read_text() == package_contract.bzl_constants(package_contract.load()), (
+        "regenerate it: python3 deploy/contract/package_contract.py --bzl "
+        "deploy/contract/package_contract.json deploy/contract/export_files.bzl"
+    )
+
+
+def test_the_generator_writes_the_bzl_constants(tmp_path: Path) -> None:
+    out = tmp_path / "export_files.bzl"
+    proc = _generate("--bzl", package_contract.CONTRACT_PATH, str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_text() == package_contract.bzl_constants(package_contract.load())
 
 
 # Each edit leaves JSON that is not a contract; the error must say where.
 _BROKEN: dict[str, tuple[Callable[[dict], None], str]] = {
     "no_format": (lambda c: c.pop("manifest_format"), "the top level lacks manifest_format"),
     "unknown_member": (lambda c: c.update(extra=1), "the top level has unknown extra"),
+    "no_export_files": (lambda c: c.pop("export_files"), "the top level lacks export_files"),
+    "export_files_without_manifest": (
+        lambda c: c["export_files"]["required"].remove("manifest.json"),
+        "export_files.required must list manifest.json",
+    ),
+    "export_file_twice": (
+        lambda c: c["export_files"]["optional"].append("model.pt2"),
+        "export_files lists a file twice",
+    ),
+    "export_file_with_a_slash": (
+        lambda c: c["export_files"]["optional"].append("a/b"),
+        "export_files.optional must be",
+    ),
     "format_not_a_string": (lambda c: c.update(manifest_format=1), "manifest_format must be"),
     "format_with_a_quote": (lambda c: c.update(manifest_format='a"b'), "manifest_format must be"),
     "no_dtypes": (lambda c: c["input_signature"].update(dtypes={}), "dtypes must be a non-empty"),

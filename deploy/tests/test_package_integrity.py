@@ -13,13 +13,11 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from conftest import (
-    DEPLOY_DIR,
     LOADER_EXIT,
     MAX_BATCH,
     NO_VERIFY_WARNING,
@@ -29,9 +27,7 @@ from conftest import (
     run_loader,
 )
 
-# default_model.py sits beside the tests' folder, as the exporter sees it.
-sys.path.insert(0, str(DEPLOY_DIR))
-import default_model  # noqa: E402
+from deploy import default_model
 
 
 def _sha256(path: Path) -> str:

@@ -238,10 +238,14 @@ def _loader_commands(run: Run, cxx_flags: list[str], torch_link: list[str]):
     libs = [f"lib/{platform.machine()}-linux-gnu", "lib64", "lib"]
     sodium = _find("MY_OPS_LIBSODIUM", "*libsodium*", *[f"{d}/libsodium.a" for d in libs])
     nlohmann = _find("MY_OPS_NLOHMANN_JSON", "*nlohmann_json*", "include/nlohmann/json.hpp")
-    # Bazel generates it from deploy/package_contract.json.
+    # Bazel generates it from deploy/contract/package_contract.json.
     gen = run.work / "gen"
     header = gen / "deploy/loader/package_contract.h"
-    contract = [sys.executable, "deploy/package_contract.py", "deploy/package_contract.json"]
+    contract = [
+        sys.executable,
+        "deploy/contract/package_contract.py",
+        "deploy/contract/package_contract.json",
+    ]
     cmd = [run.facts["cxx"], *cxx_flags, f"-I{gen}", "-O2", "-pthread"]
     cmd += ["-o", str(run.work / "loader")]
     for hit in (sodium, nlohmann):

@@ -1,5 +1,6 @@
-"""The export and loader steps: deploy/export.py's package, checked by export.py itself
-(aoti_load_package against eager) and run by the C++ loader compiled in the build pool."""
+"""The export and loader steps: the exporter's package (python -m deploy.export), checked by
+the exporter itself (aoti_load_package against eager) and run by the C++ loader compiled in
+the build pool."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from build_step import nvidia_lib_dirs
-from check_run import Run, Step
+from check_run import ROOT, Run, Step
 
-# export.py's verify stage (a cross-compiled package's is "skipped"): export.py exits 0,
+# The exporter's verify stage (a cross-compiled package's is "skipped"): it exits 0,
 # publishing the package, only once it passed.
 VERIFY_STAGE = re.compile(r"^verify\s+\.\.\. (?!skipped)", re.MULTILINE)
 # Two runs in one process at each batch size: a CUDA package loads its kernels on first
@@ -39,21 +40,29 @@ def plan_export(run: Run) -> list[str]:
     # --no-cache: a package cached on that machine by an earlier export would
     # skip the very compile this step is here to check.
     out = str(run.work / EXPORT)
-    return [sys.executable, "deploy/export.py", "--device", device, "--out", out, "--no-cache"]
+    return [sys.executable, "-m", "deploy.export", "--device", device, "--out", out, "--no-cache"]
 
 
 def step_export(run: Run, step: Step) -> None:
     device = "cpu" if run.args.cpu_only else "cuda"
-    job = run.run(plan_export(run), run.log(step), run.child_env())
+    job = run.run(plan_export(run), run.log(step), export_env(run))
     verified = job.rc == 0 and bool(VERIFY_STAGE.search(job.output))
     step.facts.update(device=device, export="ok" if job.rc == 0 else "fail")
     step.facts.update(parity="ok" if verified else "fail" if job.rc == 0 else "not run")
     step.facts["times"] = (re.findall(r"exported in .*", job.output) or [None])[0]
     if job.rc != 0:
-        return run.fail(step, f"export.py exit {job.rc}", job)
+        return run.fail(step, f"export exit {job.rc}", job)
     if not verified:
-        return run.fail(step, "export.py ran no verify stage", job)
+        return run.fail(step, "export ran no verify stage", job)
     step.status, run.export_dir = "ok", run.work / EXPORT
+
+
+def export_env(run: Run) -> dict[str, str]:
+    """child_env with the checkout's root first: python -m deploy.export imports the package
+    from there (the cwd is not on sys.path when PYTHONSAFEPATH is set, as under Bazel)."""
+    env = run.child_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env["PYTHONPATH"]])
+    return env
 
 
 def loader_env(run: Run) -> dict[str, str]:

@@ -26,7 +26,7 @@ else:
     SCRIPT = Path(os.path.abspath(__file__)).parent / "gpu_check.py"
 ROOT = SCRIPT.parents[2]
 SCRATCH = Path(os.environ.get("TEST_TMPDIR") or "/tmp")
-# A small part of the suite (the //python:test_* targets run all of it).
+# A small part of the suite (the //python:*_test targets run all of it).
 SUBSET = "test_class or test_opcheck"
 
 sys.path.insert(0, str(SCRIPT.parent))
@@ -333,7 +333,7 @@ def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path):
     assert len(link) == 1 and link[0].endswith(" -l:libcudart.so.13")
     assert any("deploy/loader/main.cpp" in c for c in steps["build"])
     assert "MY_OPS_TEST_DEVICES=cuda " in steps["tests"][0] and " -m pytest " in steps["tests"][0]
-    assert " deploy/export.py --device cuda " in steps["export"][0]
+    assert " -m deploy.export --device cuda " in steps["export"][0]
     # The GPU compile itself is under test: no package from an earlier export's cache.
     assert steps["export"][0].rstrip().endswith(" --no-cache")
     assert sum("/loader --ops " in c for c in steps["loader"]) == 2

@@ -48,8 +48,5 @@ def pytest_test(name, srcs, deps = [], args = [], env = {}, **kwargs):
         args = ["$(location {})".format(s) for s in srcs if s.endswith("_test.py") or s.split("/")[-1].startswith("test_")] + args,
         deps = deps + [requirement("pytest")],
         env = sanitizer_env() | env,
-        # Generated __init__.py files would turn test folders into packages,
-        # which changes how pytest imports test helpers beside the tests.
-        legacy_create_init = False,
         **kwargs
     )

@@ -31,11 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# absolute(), not resolve(): keep to the runfiles tree under Bazel.
-HERE = Path(os.path.abspath(__file__)).parent
-sys.path.insert(0, str(HERE))
-
-from bench_export import export_rows, export_runs  # noqa: E402
+from deploy.bench.bench_export import export_rows, export_runs
 
 PER_CALL_TARGET = 0.8
 # The faster compile may not cost the package more than 5% per call.
@@ -58,7 +54,7 @@ def p50_p99(fn, n):
 inputs = torch.load(sys.argv[2])
 n = int(sys.argv[3])
 if sys.argv[4:] == ["eager"]:
-    import default_model
+    from deploy import default_model
     m = default_model.make_model().module.eval()
     with torch.no_grad():
         print(*p50_p99(lambda: m(*inputs), n))
@@ -152,7 +148,8 @@ def _print_table(title: str, rows: list[tuple[str, ...]]) -> None:
 
 def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), *[p for p in sys.path if p]])
+    # The children import my_ops and deploy.default_model as this process does.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     env["TMPDIR"] = str(work / "tmp")
     (work / "tmp").mkdir()
     missed: list[str] = []
@@ -162,7 +159,7 @@ def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
         user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
         package = os.path.abspath(os.path.join(user_cwd, args.package))
     else:
-        runs = export_runs(HERE, work, env)
+        runs = export_runs(work, env)
         rows, export_missed = export_rows(runs)
         _print_table(f"export of the default model, whole command, {os.cpu_count()} CPUs", rows)
         missed += export_missed
@@ -232,8 +229,9 @@ def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
 
 
 def _save_sample(path: Path) -> None:
-    import default_model
     import torch
+
+    from deploy import default_model
 
     torch.save(default_model.make_model().make_inputs(1), path)
 

@@ -26,9 +26,9 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-from export_compile import MARCH, load_contract, real_cxx
-from export_error import ExportError, first_line
-from package_contract import CONTRACT_PATH, CpuFeature
+from ..contract.package_contract import CONTRACT_PATH, CpuFeature
+from .compile import MARCH, load_contract, real_cxx
+from .errors import ExportError, first_line
 
 
 def manifest_format() -> str:

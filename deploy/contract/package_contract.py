@@ -1,9 +1,15 @@
-"""package_contract.json: what export.py writes and the C++ loader reads, written once.
+"""package_contract.json: what the exporter writes and the C++ loader reads, written once.
 
-The exporter reads the file through load(); Bazel runs this file as a program
-to write the C++ header the loader compiles in (deploy/loader:package_contract):
+The exporter and the bundle check read the file through load(); Bazel runs
+this file as a program to write the C++ header the loader compiles in
+(deploy/loader:package_contract):
 
     package_contract.py CONTRACT.json HEADER.h
+
+and export_files.bzl beside it, the export rule's list of output files, is
+written with (//deploy:package_contract_test checks that it is current):
+
+    package_contract.py --bzl CONTRACT.json export_files.bzl
 
 Both go through the same strict reader, so the two sides cannot read the file
 differently: any entry that is missing, misspelt or of the wrong type is an
@@ -11,6 +17,9 @@ error naming the file.
 
 Entries:
   manifest_format   manifest.json's "format"; the loader reads no other.
+  export_files      required: the files every export writes into its folder;
+                    optional: those it writes only sometimes (manifest.sig,
+                    when signed). Nothing else may be in an export's folder.
   input_signature   metadata_key: the package metadata entry in which the
                     exporter stores the model's input signature (JSON, see
                     export_compile.input_signature); dtypes: torch dtype name
@@ -53,6 +62,8 @@ _TARGET = re.compile(r"[a-z0-9]+-[a-z0-9_]+")
 _DTYPE = re.compile(r"[A-Za-z0-9]+")
 # What goes into a C++ string literal as it is.
 _LITERAL = re.compile(r"[A-Za-z0-9._/-]+")
+# A file name in an export's folder.
+_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 
 
 class ContractError(ValueError):
@@ -85,6 +96,8 @@ class Contract:
     target_macros: dict[str, str]
     # Each target's levels, then its features, in file order.
     cpu_features: tuple[CpuFeature, ...]
+    export_files: tuple[str, ...] = ()
+    optional_export_files: tuple[str, ...] = ()
 
 
 def _members(obj: Any, where: str, required: set[str], optional: set[str] = frozenset()) -> dict:
@@ -161,10 +174,24 @@ def parse(data: Any, path: str) -> Contract:
         top = _members(
             data,
             "the top level",
-            {"manifest_format", "input_signature", "targets"},
+            {"manifest_format", "export_files", "input_signature", "targets"},
             {"about"},
         )
         fmt = _string(top["manifest_format"], "manifest_format", _LITERAL)
+        files = _members(top["export_files"], "export_files", {"required", "optional"}, {"why"})
+        required = tuple(
+            _string(f, "export_files.required", _FILE)
+            for f in _list(files["required"], "export_files.required")
+        )
+        optional = tuple(
+            _string(f, "export_files.optional", _FILE)
+            for f in _list(files["optional"], "export_files.optional")
+        )
+        for needed in ("model.pt2", "manifest.json"):
+            if needed not in required:
+                raise ContractError(f"export_files.required must list {needed}")
+        if len(set(required + optional)) != len(required + optional):
+            raise ContractError("export_files lists a file twice")
         sig = _members(top["input_signature"], "input_signature", {"metadata_key", "dtypes"})
         key = _string(sig["metadata_key"], "input_signature.metadata_key", _LITERAL)
         dtypes = _mapping(sig["dtypes"], "input_signature.dtypes")
@@ -186,7 +213,7 @@ def parse(data: Any, path: str) -> Contract:
                 raise ContractError(f"level {level!r} of {target} is known to another target")
     except ContractError as e:
         raise ContractError(f"{path}: {e}") from None
-    return Contract(fmt, key, dict(dtypes), macros, tuple(rows))
+    return Contract(fmt, key, dict(dtypes), macros, tuple(rows), required, optional)
 
 
 def load(path: str = CONTRACT_PATH) -> Contract:
@@ -207,7 +234,7 @@ def _cc_id(target: str) -> str:
     return re.sub(r"[^A-Z0-9]", "_", target.upper())
 
 
-def cc_header(contract: Contract, source: str = "deploy/package_contract.json") -> str:
+def cc_header(contract: Contract, source: str = "deploy/contract/package_contract.json") -> str:
     """The C++ header the loader compiles in.
 
     Each target's rows are an X-macro, MY_OPS_CPU_FEATURES_<TARGET>(ROW): the
@@ -215,7 +242,8 @@ def cc_header(contract: Contract, source: str = "deploy/package_contract.json") 
     (AT_HWCAP2 on x86-64) are never expanded where they do not exist.
     """
     out = [
-        f"// Generated from {source} by deploy/package_contract.py: edit that file, not this one.",
+        f"// Generated from {source} by deploy/contract/package_contract.py: edit that file, "
+        "not this one.",
         "#pragma once",
         "",
         "namespace my_ops::loader::contract {",
@@ -250,9 +278,34 @@ def cc_header(contract: Contract, source: str = "deploy/package_contract.json") 
     return "\n".join(out) + "\n"
 
 
+def bzl_constants(contract: Contract) -> str:
+    """export_files.bzl: the export files for Starlark, which cannot read JSON files."""
+    return (
+        "\n".join(
+            [
+                '"""Generated from package_contract.json by package_contract.py --bzl: '
+                'edit that file, not this one."""',
+                "",
+                "# What every export writes.",
+                f"EXPORT_FILES = {json.dumps(list(contract.export_files))}",
+                "",
+                "# What an export writes only sometimes (manifest.sig: when signed).",
+                f"OPTIONAL_EXPORT_FILES = {json.dumps(list(contract.optional_export_files))}",
+            ]
+        )
+        + "\n"
+    )
+
+
 def main(argv: list[str]) -> int:
+    render = cc_header
+    if argv[:1] == ["--bzl"]:
+        render, argv = bzl_constants, argv[1:]
     if len(argv) != 2:
-        print("usage: package_contract.py CONTRACT.json HEADER.h", file=sys.stderr)
+        print(
+            "usage: package_contract.py [--bzl] CONTRACT.json HEADER.h|CONSTANTS.bzl",
+            file=sys.stderr,
+        )
         return 2
     source, header = argv
     try:
@@ -262,7 +315,7 @@ def main(argv: list[str]) -> int:
         return 1
     try:
         with open(header, "w", encoding="utf-8") as f:
-            f.write(cc_header(contract))
+            f.write(render(contract))
     except OSError as e:
         print(f"package_contract: error: cannot write {header}: {e.strerror}", file=sys.stderr)
         return 1

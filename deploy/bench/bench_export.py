@@ -35,12 +35,13 @@ class ExportRun:
     cache: str  # "cache hit", "cache miss" or "no cache"
 
 
-def export_command(here: Path) -> list[str]:
-    """The exporter as `bazel run` starts it (the py_binary's launcher), else export.py."""
-    launcher = here / "export"
-    if launcher.is_file() and os.access(launcher, os.X_OK):
+def export_command() -> list[str]:
+    """The exporter as `bazel run` starts it (the py_binary's launcher, $MY_OPS_EXPORT),
+    else python -m deploy.export."""
+    launcher = Path(os.path.abspath(os.environ.get("MY_OPS_EXPORT", "")))
+    if os.environ.get("MY_OPS_EXPORT") and launcher.is_file() and os.access(launcher, os.X_OK):
         return [str(launcher)]
-    return [sys.executable, str(here / "export.py")]
+    return [sys.executable, "-m", "deploy.export"]
 
 
 def run_export(name: str, command: list[str], env: dict[str, str]) -> ExportRun:
@@ -58,9 +59,9 @@ def run_export(name: str, command: list[str], env: dict[str, str]) -> ExportRun:
     return run
 
 
-def export_runs(here: Path, work: Path, env: dict[str, str]) -> dict[str, ExportRun]:
+def export_runs(work: Path, env: dict[str, str]) -> dict[str, ExportRun]:
     """today, cold (empty cache), changed model (warm toolchain), warm (unchanged model)."""
-    base = export_command(here)
+    base = export_command()
     cache = ["--cache-dir", str(work / "cache")]
     runs = {}
     runs["today"] = run_export(

@@ -1,4 +1,4 @@
-"""What a cached package is keyed on (see export_cache.py for the cache itself)."""
+"""What a cached package is keyed on (see cache.py for the cache itself)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from export_cache import CACHE_FORMAT, digest
-from export_compile import compiler_identity, program_version
-from export_cross import TargetFiles
-from export_manifest import sha256_file
+from ..contract.package_contract import CONTRACT_PATH
+from .cache import CACHE_FORMAT, digest
+from .compile import compiler_identity, program_version
+from .cross import TargetFiles
+from .manifest import sha256_file
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -104,8 +105,8 @@ def program_sha256(ep: Any) -> str:
 
 def exporter_sha256() -> str:
     h = hashlib.sha256()
-    names = sorted(glob.glob(os.path.join(_HERE, "export*.py")))
-    names.append(os.path.join(_HERE, "package_contract.json"))
+    names = sorted(glob.glob(os.path.join(_HERE, "*.py")))
+    names.append(CONTRACT_PATH)
     for path in names:
         h.update(os.path.basename(path).encode() + b"\0")
         with open(path, "rb") as f:

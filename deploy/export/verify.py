@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from export_error import ExportError, first_line
-from export_model import as_tuple, to_device
+from .errors import ExportError, first_line
+from .model import as_tuple, to_device
 
 # Besides the spec's max batch, which verify always adds.
 VERIFY_BATCHES = (1, 7)

@@ -25,9 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-# qemu.py sits beside this file; `bazel run` does not put this folder on sys.path.
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import qemu  # noqa: E402
+from deploy.qemu import qemu
 
 _P50 = re.compile(r"p50 ([0-9.]+) ms p99 ([0-9.]+) ms")
 

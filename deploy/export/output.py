@@ -17,12 +17,15 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from export_error import EXIT_OUT_REFUSED, ExportError
-from export_manifest import manifest_format
+from .compile import load_contract
+from .errors import EXIT_OUT_REFUSED, ExportError
+from .manifest import manifest_format
 
-# Everything an export writes into --out (manifest.sig only when signed).
-EXPORT_FILES = ("model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json")
-OPTIONAL_EXPORT_FILES = ("manifest.sig",)
+
+def export_files() -> set[str]:
+    """Everything an export may write into --out, as the contract lists it."""
+    contract = load_contract()
+    return {*contract.export_files, *contract.optional_export_files}
 
 
 def _is_export_manifest(path: str) -> bool:
@@ -65,7 +68,7 @@ def check_out(path: str, shown: str | None = None) -> None:
         raise ExportError(f"cannot read --out {shown}: {e.strerror}", EXIT_OUT_REFUSED) from e
     if not names:
         return
-    allowed = {*EXPORT_FILES, *OPTIONAL_EXPORT_FILES}
+    allowed = export_files()
     foreign = [
         name
         for name in names

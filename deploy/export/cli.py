@@ -1,18 +1,45 @@
-"""export's command line: its flags, their defaults and checks, and its one-line errors."""
+"""export's command line: its flags, their defaults and checks, and its one-line errors.
+
+parse_args turns the flags into one frozen Options; nothing after it sees argparse.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from export_cache import DEFAULT_MAX_MB
-from export_cache import default_dir as default_cache_dir
-from export_cross import HOST_TARGET, TARGETS
-from export_error import EXIT_FAILURE, EXIT_USAGE
-from export_model import DEFAULT_MODEL
+from .cache import DEFAULT_MAX_MB
+from .cache import default_dir as default_cache_dir
+from .cross import HOST_TARGET, TARGETS
+from .errors import EXIT_FAILURE, EXIT_USAGE
+from .model import DEFAULT_MODEL
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheOptions:
+    folder: str
+    # An explicit --cache-dir must be usable; the default folder may be skipped.
+    given: bool
+    max_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    out: str  # absolute
+    device: str
+    model: str
+    target: str
+    isa: str
+    max_batch: int
+    inductor_options: tuple[str, ...]  # KEY=VALUE, parsed once the export has started
+    cache: CacheOptions | None  # None: --no-cache
+    profile_compile: bool
+    signing_key: str | None  # absolute
+    generate_key: str | None  # absolute
 
 
 def die(msg: str, code: int = EXIT_FAILURE) -> NoReturn:
@@ -33,7 +60,7 @@ class _Parser(argparse.ArgumentParser):
         die(f"{message} (see --help)", EXIT_USAGE)
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None) -> Options:
     p = _Parser(
         prog="export",
         description="Export a model using my_ops to an AOTInductor package (model.pt2), "
@@ -150,12 +177,29 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     # Under `bazel run` the cwd is the runfiles tree; relative paths the user
     # typed mean their own working directory.
     user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
-    args.out = os.path.abspath(os.path.join(user_cwd, out))
+
+    def user_path(path: str | None) -> str | None:
+        return os.path.abspath(os.path.join(user_cwd, path)) if path else None
+
     if args.no_cache and args.cache_dir:
         p.error("--no-cache and --cache-dir contradict each other")
-    args.cache_dir_given = args.cache_dir is not None
-    args.cache_dir = args.cache_dir or default_cache_dir()
-    for name in ("signing_key", "generate_key", "cache_dir"):
-        if getattr(args, name):
-            setattr(args, name, os.path.abspath(os.path.join(user_cwd, getattr(args, name))))
-    return args
+    cache = None
+    if not args.no_cache:
+        cache = CacheOptions(
+            folder=user_path(args.cache_dir or default_cache_dir()),
+            given=args.cache_dir is not None,
+            max_bytes=args.cache_max_mb << 20,
+        )
+    return Options(
+        out=user_path(out),
+        device=args.device,
+        model=args.model,
+        target=args.target,
+        isa=args.isa,
+        max_batch=args.max_batch,
+        inductor_options=tuple(args.inductor_option),
+        cache=cache,
+        profile_compile=args.profile_compile,
+        signing_key=user_path(args.signing_key),
+        generate_key=user_path(args.generate_key),
+    )

@@ -12,9 +12,9 @@ import subprocess
 import tempfile
 from typing import Any
 
-from export_error import ExportError
-from package_contract import Contract, ContractError
-from package_contract import load as _load_contract
+from ..contract.package_contract import Contract, ContractError
+from ..contract.package_contract import load as _load_contract
+from .errors import ExportError
 
 # What --isa means as a -march value, recorded in the manifest.
 MARCH = {"portable": "x86-64-v3", "native": "native"}
@@ -46,7 +46,7 @@ _TOOLCHAIN_JSON = "_main/tools/cc/cxx_toolchain.json"
 
 @functools.cache
 def load_contract() -> Contract:
-    """deploy/package_contract.json, whose errors are the export's."""
+    """deploy/contract/package_contract.json, whose errors are the export's."""
     try:
         return _load_contract()
     except ContractError as e:

@@ -1,31 +1,30 @@
-"""make_bundle packs only files that match the export's manifest.json.
+"""The bundle check passes only files that match the export's manifest.json.
 
-Everything is fabricated: stand-in package, op library and loader, and a
-manifest whose sha256 sums are computed here, so nothing is exported.
+edge_bundle runs deploy/bundle/bundle_check.py on every bundle's package
+before packing it; here it runs on fabricated files: a stand-in package and
+op library, and a manifest whose sha256 sums are computed here, so nothing is
+exported.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import subprocess
-import sys
-import tarfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import absolute_from_env
 
-# absolute(), not resolve(): make_bundle.py finds run.sh beside itself in the
-# runfiles tree.
-DEPLOY_DIR = Path(os.path.abspath(__file__)).parent.parent
-MAKE_BUNDLE = DEPLOY_DIR / "make_bundle.py"
+from deploy.contract.package_contract import load as load_contract
+
+EXIT_USAGE = 2
 EXIT_MISMATCH = 3
-TOP = "my_ops_bundle"
-# The format make_bundle.py and the loader read, from the contract they share.
-MANIFEST_FORMAT = json.loads((DEPLOY_DIR / "package_contract.json").read_text())["manifest_format"]
+CONTRACT = load_contract()
+# The format the check and the loader read, from the contract they share.
+MANIFEST_FORMAT = CONTRACT.manifest_format
 
 
 def sha256(data: bytes) -> str:
@@ -42,13 +41,9 @@ class Fixture:
         (self.export_dir / "expected_output.pt").write_bytes(b"output")
         self.ops = root / "libmy_ops.so"
         self.ops.write_bytes(b"\x7fELF stand-in op library")
-        self.loader = root / "loader"
-        self.loader.write_bytes(b"\x7fELF stand-in loader")
         self.manifest = self.export_dir / "manifest.json"
         self.write_manifest()
         self.dist = root / "dist"
-        self.dist.mkdir()
-        self.output = self.dist / "bundle.tar.gz"
 
     def write_manifest(self, **changes: Any) -> None:
         manifest = {
@@ -64,13 +59,13 @@ class Fixture:
         manifest.update(changes)
         self.manifest.write_text(json.dumps(manifest, indent=2) + "\n")
 
-    def args(self) -> list[str]:
-        return ["--export-dir", str(self.export_dir), "--loader", str(self.loader),
-                "--ops", str(self.ops), "--output", str(self.output)]  # fmt: skip
+    def files(self) -> list[str]:
+        return sorted(str(p) for p in self.export_dir.iterdir())
 
-    def run(self) -> subprocess.CompletedProcess:
+    def run(self, files: list[str] | None = None) -> subprocess.CompletedProcess:
+        check = absolute_from_env(os.environ["BUNDLE_CHECK"])
         return subprocess.run(
-            [sys.executable, str(MAKE_BUNDLE), *self.args()],
+            [check, "--ops", str(self.ops), "--out", str(self.dist), *(files or self.files())],
             capture_output=True,
             text=True,
             timeout=120,
@@ -86,32 +81,26 @@ def assert_failed(proc: subprocess.CompletedProcess, fx: Fixture, needle: str, c
     assert proc.returncode == code, (proc.returncode, proc.stderr)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("make_bundle: error: "), proc.stderr
+    assert lines[0].startswith("bundle_check: error: "), proc.stderr
     assert needle in lines[0], proc.stderr
-    # No archive and no temporary file beside where it would have gone.
-    assert os.listdir(fx.dist) == []
+    # Nothing copied for the bundle.
+    assert not fx.dist.exists() or os.listdir(fx.dist) == []
 
 
-def test_matching_files_are_bundled(fx: Fixture) -> None:
+def test_matching_files_are_copied(fx: Fixture) -> None:
     proc = fx.run()
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str(fx.output)
-    assert os.listdir(fx.dist) == ["bundle.tar.gz"]
-    with tarfile.open(fx.output) as tar:
-        members = {m.name: m for m in tar.getmembers()}
-        assert sorted(members) == sorted(
-            f"{TOP}/{n}"
-            for n in ("loader", "libmy_ops.so", "model.pt2", "sample_input.pt",
-                      "expected_output.pt", "manifest.json", "run.sh", "README.md")
-        )  # fmt: skip
-        model = tar.extractfile(f"{TOP}/model.pt2")
-        assert model is not None and model.read() == fx.model.read_bytes()
-    assert members[f"{TOP}/run.sh"].mode == 0o755
-    # Same inputs, same bytes: nothing time- or name-dependent in the archive.
-    first = fx.output.read_bytes()
-    assert first[4:8] == bytes(4), "gzip header carries a timestamp"
-    assert fx.run().returncode == 0
-    assert fx.output.read_bytes() == first
+    assert sorted(os.listdir(fx.dist)) == sorted(CONTRACT.export_files)
+    assert (fx.dist / "model.pt2").read_bytes() == fx.model.read_bytes()
+
+
+def test_signed_export_is_copied(fx: Fixture) -> None:
+    (fx.export_dir / "manifest.sig").write_bytes(b"signature")
+    proc = fx.run()
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(fx.dist)) == sorted(
+        CONTRACT.export_files + CONTRACT.optional_export_files
+    )
 
 
 def test_package_not_in_manifest(fx: Fixture) -> None:
@@ -129,6 +118,17 @@ def test_ops_listed_under_another_name(fx: Fixture) -> None:
     digest = sha256(fx.ops.read_bytes())
     fx.write_manifest(op_libraries=[{"file": "other.so", "sha256": digest}])
     assert fx.run().returncode == 0
+
+
+@pytest.mark.parametrize("name", CONTRACT.export_files)
+def test_missing_export_file(fx: Fixture, name: str) -> None:
+    files = [f for f in fx.files() if Path(f).name != name]
+    assert_failed(fx.run(files), fx, name, 1)
+
+
+def test_file_that_is_not_an_export_file(fx: Fixture) -> None:
+    (fx.export_dir / "notes.txt").write_text("not an export file\n")
+    assert_failed(fx.run(), fx, "notes.txt", 1)
 
 
 # PACKAGE_SHA256 stands for the stand-in package's own sha256, so that a case
@@ -158,39 +158,7 @@ def test_broken_manifest(fx: Fixture, text: str, phrase: str) -> None:
     assert phrase in proc.stderr, proc.stderr
 
 
-def test_failure_keeps_the_previous_archive(fx: Fixture) -> None:
-    fx.output.write_bytes(b"previous archive")
-    fx.model.write_bytes(b"PK a different package")
-    proc = fx.run()
-    assert proc.returncode == EXIT_MISMATCH, proc.stderr
-    assert os.listdir(fx.dist) == ["bundle.tar.gz"]
-    assert fx.output.read_bytes() == b"previous archive"
-
-
-def _load_make_bundle() -> Any:
-    spec = importlib.util.spec_from_file_location("make_bundle", MAKE_BUNDLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-@pytest.mark.parametrize("exc", [KeyboardInterrupt, MemoryError])
-def test_interrupted_packing_leaves_nothing(
-    fx: Fixture, monkeypatch: pytest.MonkeyPatch, exc: type[BaseException]
-) -> None:
-    make_bundle = _load_make_bundle()
-    real_add = make_bundle._add
-    calls = []
-
-    def add(*args: Any) -> None:
-        calls.append(args)
-        if len(calls) == 3:
-            raise exc
-        real_add(*args)
-
-    monkeypatch.setattr(make_bundle, "_add", add)
-    with pytest.raises(exc):
-        make_bundle.main(fx.args())
-    assert len(calls) == 3
-    assert os.listdir(fx.dist) == []
+def test_usage(fx: Fixture) -> None:
+    check = absolute_from_env(os.environ["BUNDLE_CHECK"])
+    proc = subprocess.run([check, "--ops", str(fx.ops)], capture_output=True, text=True)
+    assert proc.returncode == EXIT_USAGE, proc.stderr

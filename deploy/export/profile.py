@@ -1,6 +1,6 @@
 """--profile-compile: where the compile stage's time goes, from the compiler wrapper's log.
 
-The wrapper (export_compile.write_cxx_wrapper) appends one line per compiler
+The wrapper (compile.write_cxx_wrapper) appends one line per compiler
 run: start and end time, then the arguments. Each run is put in one step by
 what it builds; the rest of the stage is Inductor's Python (lowering, code
 generation, packaging), including any compiler run that bypasses the wrapper.

@@ -12,9 +12,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from export_error import ExportError, first_line
+from .errors import ExportError, first_line
 
-DEFAULT_MODEL = "default_model:make_model"
+DEFAULT_MODEL = "deploy.default_model:make_model"
 
 
 def load_factory(spec: str) -> Callable[..., Any]:
@@ -31,12 +31,6 @@ def load_factory(spec: str) -> Callable[..., Any]:
     user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY") or os.getcwd()
     if user_cwd not in sys.path:
         sys.path.append(user_cwd)
-    if spec == DEFAULT_MODEL:
-        # Import the default model by path so it works from the runfiles tree
-        # and from a plain checkout without deploy/ on sys.path.
-        here = os.path.dirname(os.path.abspath(__file__))
-        if here not in sys.path:
-            sys.path.insert(0, here)
     try:
         obj: Any = importlib.import_module(mod_name)
     except Exception as e:  # noqa: BLE001 - any import failure is a user error here

@@ -1,0 +1,144 @@
+"""The edge bundle: the build-time export (export_package) and the tarball (edge_bundle)."""
+
+load("@bazel_skylib//rules:common_settings.bzl", "BuildSettingInfo")
+load("@rules_pkg//pkg:mappings.bzl", "pkg_attributes", "pkg_files")
+load("@rules_pkg//pkg:tar.bzl", "pkg_tar")
+load("//deploy/contract:export_files.bzl", "EXPORT_FILES", "OPTIONAL_EXPORT_FILES")
+load("//tools/cc:sanitizers.bzl", "ASAN_PRELOAD_ENV")
+load("//tools/platforms:platform_data.bzl", "platform_data")
+
+def _export_package_impl(ctx):
+    names = list(EXPORT_FILES)
+    if ctx.file.signing_key:
+        names += OPTIONAL_EXPORT_FILES
+    outs = [ctx.actions.declare_file("{}/{}".format(ctx.label.name, f)) for f in names]
+    args = ctx.actions.args()
+    args.add("--out", outs[0].dirname)
+
+    # Bazel's action cache is this rule's cache; a folder outside the
+    # sandbox would make the action depend on what earlier builds left.
+    args.add("--no-cache")
+    args.add_all(ctx.attr.export_args)
+    inputs = []
+    if ctx.file.signing_key:
+        args.add("--signing-key", ctx.file.signing_key)
+        inputs.append(ctx.file.signing_key)
+    ctx.actions.run(
+        executable = ctx.executable.exporter,
+        arguments = [args],
+        inputs = inputs,
+        outputs = outs,
+        mnemonic = "AotiExport",
+        progress_message = "Exporting %{label} to an AOTInductor package",
+        # The compiler driver Inductor runs finds as and ld on PATH.
+        use_default_shell_env = True,
+        env = ASAN_PRELOAD_ENV if ctx.attr._asan[BuildSettingInfo].value else {},
+    )
+    return [DefaultInfo(files = depset(outs))]
+
+export_package = rule(
+    implementation = _export_package_impl,
+    doc = "The files an export run writes (export_files in " +
+          "deploy/contract/package_contract.json; manifest.sig only when signed).",
+    attrs = {
+        "export_args": attr.string_list(doc = "Flags for the exporter besides --out."),
+        # The target configuration, not exec: the exporter loads the same
+        # libmy_ops.so that ships, and building it twice would double the
+        # CUDA compile time.
+        "exporter": attr.label(
+            executable = True,
+            cfg = "target",
+            mandatory = True,
+            doc = "The exporter binary, e.g. //deploy/export:export.",
+        ),
+        "signing_key": attr.label(
+            allow_single_file = True,
+            doc = "Ed25519 private key for --signing-key; the package then includes manifest.sig.",
+        ),
+        "_asan": attr.label(default = "//tools/cc:asan"),
+    },
+)
+
+def _checked_package_impl(ctx):
+    outs = [
+        ctx.actions.declare_file("{}/{}".format(ctx.label.name, f.basename))
+        for f in ctx.files.package
+    ]
+    args = ctx.actions.args()
+    args.add("--ops", ctx.file.ops)
+    args.add("--out", outs[0].dirname)
+    args.add_all(ctx.files.package)
+    ctx.actions.run(
+        executable = ctx.executable._check,
+        arguments = [args],
+        inputs = ctx.files.package + [ctx.file.ops],
+        outputs = outs,
+        mnemonic = "BundleCheck",
+        progress_message = "Checking %{label} against its manifest.json",
+    )
+    return [DefaultInfo(files = depset(outs))]
+
+# The package's files, copied only once they pass bundle_check.py: the
+# tarball is built from the copies, so a bundle that every edge machine's
+# loader would refuse never builds.
+_checked_package = rule(
+    implementation = _checked_package_impl,
+    attrs = {
+        "ops": attr.label(allow_single_file = True, mandatory = True),
+        "package": attr.label(mandatory = True),
+        "_check": attr.label(
+            default = "//deploy/bundle:bundle_check",
+            executable = True,
+            cfg = "exec",
+        ),
+    },
+)
+
+def edge_bundle(
+        name,
+        package,
+        platform = None,
+        loader = "//deploy/loader",
+        ops = "//ops:libmy_ops.so",
+        **kwargs):
+    """<name>.tar.gz: what an edge machine with LibTorch and no Python runs.
+
+    Unpacks to my_ops_bundle/: loader, libmy_ops.so, the package's files,
+    run.sh and README.md (deploy/bundle/BUNDLE_README.md). The package's
+    manifest.json must list the sha256 of `package`'s model.pt2 and of `ops`
+    (bundle_check.py), or the bundle does not build.
+
+    Args:
+      name: the pkg_tar's name; `<name>_loader`, `<name>_ops` (with
+        `platform`), `<name>_package`, `<name>_programs` and `<name>_data`
+        are made beside it.
+      package: an export_package target, exported for the same platform.
+      platform: the platform to build `loader` and `ops` for (through a
+        transition, e.g. //tools/platforms:linux_aarch64); None: the build's own.
+      loader: the C++ loader.
+      ops: the op library the package was exported against.
+      **kwargs: visibility, tags, ... for the pkg_tar.
+    """
+    if platform:
+        platform_data(name = name + "_loader", platform = platform, target = loader)
+        platform_data(name = name + "_ops", platform = platform, target = ops)
+        loader, ops = ":" + name + "_loader", ":" + name + "_ops"
+    _checked_package(name = name + "_package", ops = ops, package = package)
+    pkg_files(
+        name = name + "_programs",
+        srcs = ["//deploy/bundle:run.sh", loader],
+        attributes = pkg_attributes(mode = "0755"),
+    )
+    pkg_files(
+        name = name + "_data",
+        srcs = ["//deploy/bundle:BUNDLE_README.md", ":" + name + "_package", ops],
+        attributes = pkg_attributes(mode = "0644"),
+        renames = {"//deploy/bundle:BUNDLE_README.md": "README.md"},
+    )
+    pkg_tar(
+        name = name,
+        srcs = [":" + name + "_data", ":" + name + "_programs"],
+        extension = "tar.gz",
+        package_dir = "my_ops_bundle",
+        **kwargs
+    )

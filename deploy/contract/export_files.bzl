@@ -1,0 +1,7 @@
+"""Generated from package_contract.json by package_contract.py --bzl: edit that file, not this one."""
+
+# What every export writes.
+EXPORT_FILES = ["model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json"]
+
+# What an export writes only sometimes (manifest.sig: when signed).
+OPTIONAL_EXPORT_FILES = ["manifest.sig"]

@@ -1,0 +1,124 @@
+"""deploy_pytest: a test of deploy/, from its file and what it needs."""
+
+load("//tools/pytest:defs.bzl", "pytest_test")
+
+_LIBTORCH_LIB = "@libtorch//:site-packages/torch/lib/libc10.so"
+_AARCH64_LIBTORCH_LIB = "@libtorch_aarch64//:site-packages/torch/lib/libc10.so"
+_AARCH64_LD = "@debian_bookworm_arm64_sysroot//:lib/ld-linux-aarch64.so.1"
+
+# What each need adds: data, environment (read by tests/conftest.py and
+# tests/qemu_aarch64.py) and deps.
+_NEEDS = {
+    # The C++ loader, the op library and the LibTorch they run against.
+    "loader": struct(
+        data = [
+            "//deploy:loader",
+            "//ops:libmy_ops.so",
+            "@libtorch//:runtime_libraries",
+            _LIBTORCH_LIB,
+        ],
+        env = {
+            "LIBTORCH_LIB": "$(rootpath {})".format(_LIBTORCH_LIB),
+            "MY_OPS_LIBRARY": "$(rootpath //ops:libmy_ops.so)",
+            "MY_OPS_LOADER": "$(rootpath //deploy:loader)",
+        },
+        deps = [
+            "//python:my_ops",
+            "@rules_python//python/runfiles",
+        ],
+    ),
+    # //deploy:default_package, exported at build time, for tests that need
+    # a package but not a fresh export; it brings "loader", which runs it.
+    "package": struct(
+        data = ["//deploy:default_package"],
+        env = {"MY_OPS_DEFAULT_PACKAGE": "$(rootpaths //deploy:default_package)"},
+        deps = [],
+    ),
+    # The exporter, which the tests import or run as python -m deploy.export.
+    "exporter": struct(
+        data = [],
+        env = {},
+        deps = ["//deploy/export:exporter"],
+    ),
+    # linux-aarch64 programs under qemu-aarch64: the arm64 sysroot, aarch64
+    # LibTorch, the cross-built loader and op library, and the aarch64
+    # toolchain of export --target linux-aarch64.
+    "aarch64": struct(
+        data = [
+            "//deploy:bundle_linux_aarch64_loader",
+            "//deploy/export:linux_aarch64_compiler",
+            "//deploy/export:linux_aarch64_ops",
+            "//tools/cc:cxx_toolchain",
+            "@debian_bookworm_arm64_sysroot//:all_files",
+            "@libtorch_aarch64//:runtime_libraries",
+            _AARCH64_LD,
+            _AARCH64_LIBTORCH_LIB,
+        ],
+        env = {
+            "AARCH64_LIBTORCH_LIB": "$(rootpath {})".format(_AARCH64_LIBTORCH_LIB),
+            "AARCH64_LOADER": "$(rootpath //deploy:bundle_linux_aarch64_loader)",
+            "AARCH64_OPS_LIBRARY": "$(rootpath //deploy/export:linux_aarch64_ops)",
+            "AARCH64_SYSROOT_LD": "$(rootpath {})".format(_AARCH64_LD),
+        },
+        deps = ["//deploy/qemu"],
+    ),
+}
+
+def _unique(items):
+    return list({item: None for item in items}.keys())
+
+def deploy_pytest(
+        name,
+        src,
+        needs = [],
+        size = "medium",
+        helpers = [],
+        data = [],
+        env = {},
+        deps = [],
+        **kwargs):
+    """One test file of deploy/tests/ under pytest, with tests/conftest.py.
+
+    Args:
+      name: the test's name, `<file without test_>_test` by convention.
+      src: the test file, e.g. "tests/test_export_cli.py".
+      needs: what it uses, each adding its data, environment and deps:
+        "loader" (the C++ loader, libmy_ops.so and LibTorch: MY_OPS_LOADER,
+        MY_OPS_LIBRARY, LIBTORCH_LIB), "package" (//deploy:default_package:
+        MY_OPS_DEFAULT_PACKAGE; implies "loader"), "exporter" (the deploy.export package) and
+        "aarch64" (qemu, the arm64 sysroot, aarch64 LibTorch, loader, op
+        library and toolchain: AARCH64_*).
+      size: the test size.
+      helpers: other modules of tests/ that the file imports.
+      data: data besides what `needs` adds.
+      env: environment besides what `needs` adds.
+      deps: deps besides what `needs` adds.
+      **kwargs: args, shard_count, tags, ... as for pytest_test.
+    """
+    for need in needs:
+        if need not in _NEEDS:
+            fail("deploy_pytest {}: unknown need {!r}, expected one of {}".format(
+                name,
+                need,
+                sorted(_NEEDS),
+            ))
+    if "package" in needs and "loader" not in needs:
+        needs = needs + ["loader"]
+    chosen = [_NEEDS[n] for n in needs]
+    all_env = {}
+    for n in chosen:
+        all_env.update(n.env)
+    all_env.update(env)
+    pytest_test(
+        name = name,
+        size = size,
+        srcs = [src, "tests/conftest.py"] + helpers,
+        data = _unique(data + [d for n in chosen for d in n.data]),
+        env = all_env,
+        # conftest.py reads the contract, and finds runfiles by rules_python's library.
+        deps = _unique(deps + [d for n in chosen for d in n.deps] + [
+            "//deploy/contract:package_contract",
+            "@rules_python//python/runfiles",
+        ]),
+        **kwargs
+    )

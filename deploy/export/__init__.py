@@ -1,0 +1,1 @@
+"""The exporter: a model that uses my_ops to a verified AOTInductor package (see pipeline.py)."""

@@ -1,0 +1,316 @@
+"""Export a model that uses my_ops into an AOTInductor package.
+
+Stages: torch.export -> aoti_compile_and_package -> verify (aoti_load_package
+against eager at batch 1, 7 and the max batch). Only a verified package is
+published.
+
+Outputs (in --out, default $BUILD_WORKSPACE_DIRECTORY/out or ./out):
+  model.pt2            AOTInductor package
+  sample_input.pt      torch.save'd tuple of input tensors
+  expected_output.pt   torch.save'd tuple of eager outputs for sample_input.pt
+  manifest.json        sha256 of model.pt2 and of the libmy_ops.so it was built
+                       with, torch version, CPU instruction set, device, and
+                       the custom ops (with their schemas) and classes it
+                       calls; the C++ loader refuses a package that does not
+                       match it, or op libraries that lack what it calls
+  manifest.sig         with --signing-key: Ed25519 signature of manifest.json,
+                       which the loader requires with --public-key
+
+Keys: --generate-key DIR writes DIR/signing_key.pem (private, mode 0600) and
+DIR/public_key.pem, or neither when one of them exists. --signing-key also
+takes a key from `openssl genpkey -algorithm ed25519` or a raw 32-byte seed.
+
+--out is replaced as a whole, so it must be new, empty, or a previous export:
+nothing but the files above, with a manifest.json written by this tool. Any
+other folder, a file or a symbolic link is refused (exit 3) before the export
+starts and again just before the swap, and nothing is touched. Files are
+produced in a temporary folder beside --out and renamed into place; the
+previous export is deleted only once the new one is there, and a failure or
+Ctrl-C restores it. A failed run leaves the old output (or nothing) and no
+partial files.
+
+CUDA packages (--device cuda) embed their kernels in the package's shared
+library as fatbins: SASS and PTX for the export GPU's architecture (newer GPUs
+compile the PTX at load time), plus SASS for each TORCH_CUDA_ARCH_LIST entry
+above it; older architectures cannot be served. Export on the oldest GPU
+generation the package must serve (for example on an A100 with
+TORCH_CUDA_ARCH_LIST="8.0;9.0" for sm_80 and sm_90).
+
+ARM64 edge machines: --target linux-aarch64 generates the model's C++ here,
+compiles it with the aarch64 toolchain and LibTorch, and writes a package for
+linux-aarch64 whose manifest vouches for the aarch64 libmy_ops.so (the one the
+aarch64 bundle ships). Such a package cannot run on this machine, so it is not
+verified here: the aarch64 bundle's tests run it under qemu-aarch64.
+expected_output.pt still holds this machine's eager outputs.
+
+Compile cache: a model exported before, with the same op library, torch,
+compiler, target and options, takes its package from ~/.cache/my_ops/inductor
+(--cache-dir, --no-cache; see cache.py) and is verified as usual.
+--profile-compile prints where the compile stage's time went.
+
+Custom models: --model package.module:factory, see deploy/default_model.py for
+the factory protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from .cache import Cache, bytecode_in
+from .cache_key import (
+    CacheKeys,
+    exporter_sha256,
+    inductor_config,
+    program_sha256,
+    toolchain_parts,
+)
+from .cli import CacheOptions, Options
+from .compile import (
+    COMPILE_LOG_ENV,
+    cuda_home,
+    inductor_options,
+    input_signature,
+    keep_precompiled_headers,
+    parse_inductor_options,
+    write_cxx_wrapper,
+)
+from .errors import EXIT_USAGE, ExportError, first_line
+from .manifest import load_signing_key, package_calls
+from .model import as_tuple, load_factory, make_spec, to_device
+from .output import check_out, missing_folders, publish, remove_empty, remove_work
+from .profile import print_profile
+from .target import Build, build_for
+
+
+def run(opts: Options) -> dict[str, float]:
+    # A folder that may not be replaced, or a bad key, must fail now, not
+    # after minutes of compiling.
+    check_out(opts.out)
+    signing_key = load_signing_key(opts.signing_key) if opts.signing_key else None
+    build = build_for(opts.target)
+    with contextlib.ExitStack() as stack:
+        cache = _open_cache(opts.cache)
+        if cache is not None:
+            stack.callback(cache.close)
+            stack.enter_context(bytecode_in(cache.bytecode_dir()))
+        return _export(opts, build, cache, signing_key)
+
+
+def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) -> dict[str, float]:
+    parent = os.path.dirname(opts.out)
+    made = missing_folders(parent)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        work = tempfile.mkdtemp(prefix=f".{os.path.basename(opts.out)}.export-", dir=parent)
+    except OSError as e:
+        remove_empty(made)
+        raise ExportError(f"cannot write output folder {opts.out}: {e.strerror}") from e
+
+    times: dict[str, float] = {}
+    published = False
+    try:
+        # Before anything imports torch._inductor, which makes folders in $TMPDIR.
+        tmp = _private_tmp(work)
+        try:
+            extra_options = parse_inductor_options(list(opts.inductor_options))
+        except ValueError as e:
+            raise ExportError(str(e), EXIT_USAGE) from e
+        _setup_environment(opts.device)
+        _check_device(opts.device)
+        factory = load_factory(opts.model)
+        import torch
+
+        stage = os.path.join(work, "stage")
+        os.makedirs(stage)
+
+        spec = make_spec(factory, opts.max_batch)
+        max_batch = int(getattr(spec, "max_batch", opts.max_batch) or opts.max_batch)
+        module = spec.module.to(opts.device).eval()
+        example = to_device(tuple(spec.example_inputs), opts.device)
+
+        with _stage("export", times):
+            try:
+                with torch.no_grad():
+                    ep = torch.export.export(
+                        module, example, dynamic_shapes=spec.dynamic_shapes, strict=False
+                    )
+            except Exception as e:  # noqa: BLE001
+                raise ExportError(
+                    f"torch.export failed: {first_line(e)} (hint: the model's shape logic must "
+                    "hold over the whole dynamic_shapes range, and every custom op needs a "
+                    "fake implementation)"
+                ) from e
+
+        keys = None
+        if cache is not None:
+            keys = _cache_keys(opts.device, opts.isa, opts.target, build, ep)
+            toolchain = cache.toolchain_dir(keys.toolchain)
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(toolchain, "inductor")
+            os.environ["TRITON_CACHE_DIR"] = os.path.join(toolchain, "triton")
+            bindir = os.path.join(toolchain, "bin")
+        else:
+            toolchain = None
+            bindir = os.path.join(tmp, "bin")
+        package = os.path.join(stage, "model.pt2")
+        cxx, compiler = write_cxx_wrapper(bindir)
+        print(f"compiler: {compiler}", flush=True)
+        build.announce()
+        options = (
+            inductor_options(opts.device, opts.isa, cxx, input_signature(ep), cross=build.cross)
+            | keep_precompiled_headers(os.path.join(toolchain, "headers") if toolchain else None)
+            | extra_options
+        )
+        package_key = keys.package(options, inductor_config()) if keys else None
+        cached = cache.get_package(package_key) if cache and package_key else None
+        log = os.path.join(work, "compile.log")
+        with _stage("compile", times, lambda: _cache_note(cache, cached)):
+            if cached is not None:
+                with open(package, "wb") as f:
+                    f.write(cached)
+            else:
+                if opts.profile_compile:
+                    os.environ[COMPILE_LOG_ENV] = log
+                build.compile(ep, package, options, work)
+                if opts.profile_compile:
+                    del os.environ[COMPILE_LOG_ENV]
+        if opts.profile_compile:
+            print_profile(log, times["compile"], hit=cached is not None)
+
+        sample = build.verify(
+            spec,
+            module,
+            package,
+            max_batch,
+            opts.device,
+            options,
+            lambda name: _stage(name, times),
+        )
+        # Only a package that passed verify (or, for a cross target, was
+        # built to the end) is kept for the next export.
+        if cache is not None and package_key is not None and cached is None:
+            cache.put_package(package_key, package)
+
+        sample_cpu = to_device(sample, "cpu")
+        with torch.no_grad():
+            expected = to_device(as_tuple(module(*sample)), "cpu")
+        torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
+        torch.save(expected, os.path.join(stage, "expected_output.pt"))
+        build.write_manifest(stage, package, opts.isa, opts.device, signing_key, package_calls(ep))
+
+        publish(stage, opts.out, work)
+        published = True
+        return times
+    finally:
+        remove_work(work)
+        if not published:
+            remove_empty(made)
+
+
+def _open_cache(opts: CacheOptions | None) -> Cache | None:
+    if opts is None:
+        return None
+    cache = Cache(opts.folder, opts.max_bytes)
+    try:
+        cache.open()
+    except OSError as e:
+        if opts.given:
+            raise ExportError(
+                f"--cache-dir {opts.folder}: {e.strerror} (pass --no-cache to export without it)"
+            ) from e
+        # The default folder is a convenience: a read-only home (a sandbox,
+        # a locked-down CI runner) must not stop the export.
+        print(f"cache:   off, {opts.folder}: {e.strerror} (see --cache-dir)", flush=True)
+        return None
+    print(f"cache:   {opts.folder}", flush=True)
+    return cache
+
+
+def _cache_keys(device: str, isa: str, target: str, build: Build, ep: Any) -> CacheKeys:
+    import my_ops
+
+    try:
+        op_library = my_ops.load_library()
+    except ImportError as e:
+        raise ExportError(f"cannot find the op library for the cache key: {first_line(e)}") from e
+    return CacheKeys(
+        toolchain=toolchain_parts(
+            device=device,
+            isa=isa,
+            target=target,
+            op_library=op_library,
+            cross=build.files,
+        ),
+        program_sha256=program_sha256(ep),
+        exporter_sha256=exporter_sha256(),
+    )
+
+
+def _cache_note(cache: Cache | None, cached: bytes | None) -> str:
+    if cache is None:
+        return "no cache"
+    return "cache hit" if cached is not None else "cache miss"
+
+
+def _setup_environment(device: str) -> None:
+    import logging
+
+    if device == "cuda":
+        home = cuda_home()
+        if home:
+            os.environ["CUDA_HOME"] = home
+    else:
+        # A CPU export never uses CUDA_HOME; torch still warns when it guesses
+        # one on a host without a GPU, which is just noise here.
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    # Exporting with --isa portable on a newer CPU makes the loader warn that
+    # the package's ISA differs from this host's; that is the point of it.
+    logging.getLogger("torch.export.pt2_archive._package").setLevel(logging.ERROR)
+
+
+def _check_device(device: str) -> None:
+    if device != "cuda":
+        return
+    import torch
+
+    # Inductor benchmarks and compiles kernels on the GPU, so a CUDA package
+    # cannot be produced on a CPU-only host; fail before spending minutes.
+    if not torch.cuda.is_available():
+        raise ExportError("--device cuda needs a visible CUDA GPU at export time; none found")
+
+
+@contextlib.contextmanager
+def _stage(
+    name: str, times: dict[str, float], note: Callable[[], str] | None = None
+) -> Iterator[None]:
+    # One line per stage: the name now (compile can take a minute), the
+    # duration when it ends.
+    print(f"{name:<8}... ", end="", flush=True)
+    t0 = time.perf_counter()
+    try:
+        yield
+    except BaseException:
+        print("failed", flush=True)
+        raise
+    times[name] = time.perf_counter() - t0
+    print(f"{times[name]:.1f}s" + (f", {note()}" if note else ""), flush=True)
+
+
+def _private_tmp(work: str) -> str:
+    """Route every temporary file Inductor and the package loader make into work/.
+
+    Inductor's cache defaults to $TMPDIR/torchinductor_$USER and
+    aoti_load_package extracts into $TMPDIR/aotinductor_*; both would
+    otherwise outlive the run in /tmp. Must run before torch._inductor reads them.
+    """
+    tmp = os.path.join(work, "tmp")
+    os.makedirs(tmp)
+    os.environ["TMPDIR"] = tmp
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
+    tempfile.tempdir = tmp
+    return tmp

@@ -1,0 +1,156 @@
+"""What differs between an export for this machine and one for another CPU.
+
+HostBuild compiles with Inductor, verifies the package against eager and
+vouches for the op library this process loaded. CrossBuild (--target
+linux-aarch64) generates C++ here and compiles it with the target's
+toolchain (see cross.py); its package cannot run here, so it is not verified,
+and its manifest names the target's op library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from .cross import (
+    HOST_TARGET,
+    TARGETS,
+    CrossTarget,
+    TargetFiles,
+    cpp_only_options,
+    cross_compile,
+    forced_vec_isa,
+    target_files,
+)
+from .errors import ExportError, first_line
+from .manifest import PackageCalls, write_manifest
+from .verify import sample_inputs, verify
+
+# A stage line of the export's output, as a context around the work.
+Stage = Callable[[str], AbstractContextManager[None]]
+
+
+class HostBuild:
+    name = HOST_TARGET
+    cross = False
+    # Besides the host's toolchain, nothing else goes into the cache key.
+    files: TargetFiles | None = None
+
+    def announce(self) -> None:
+        pass
+
+    def compile(self, ep: Any, package: str, options: dict[str, Any], work: str) -> None:
+        import torch
+
+        try:
+            torch._inductor.aoti_compile_and_package(
+                ep, package_path=package, inductor_configs=options
+            )
+        except Exception as e:  # noqa: BLE001
+            raise ExportError(f"AOTInductor compile failed: {first_line(e)}") from e
+
+    def verify(
+        self,
+        spec: Any,
+        module: Any,
+        package: str,
+        max_batch: int,
+        device: str,
+        options: dict[str, Any],
+        stage: Stage,
+    ) -> tuple[Any, ...]:
+        with stage("verify"):
+            return verify(spec, module, package, max_batch, device, options)
+
+    def write_manifest(
+        self,
+        folder: str,
+        package: str,
+        isa: str,
+        device: str,
+        signing_key: Any,
+        calls: PackageCalls,
+    ) -> None:
+        write_manifest(folder, package, isa, device, signing_key, calls=calls)
+
+
+@dataclasses.dataclass(frozen=True)
+class CrossBuild:
+    target: CrossTarget
+    files: TargetFiles
+    cross = True
+
+    @property
+    def name(self) -> str:
+        return self.target.name
+
+    def announce(self) -> None:
+        t = self.target
+        print(f"target:  {t.name}, compiled by {self.files.compiler} -march={t.march}")
+
+    def compile(self, ep: Any, package: str, options: dict[str, Any], work: str) -> None:
+        import torch
+
+        # Named as the final package: the archive's top folder comes from it.
+        os.makedirs(os.path.join(work, "cpp"))
+        generated = os.path.join(work, "cpp", "model.pt2")
+        try:
+            with forced_vec_isa(self.target):
+                torch._inductor.aoti_compile_and_package(
+                    ep,
+                    package_path=generated,
+                    inductor_configs=options | cpp_only_options(),
+                )
+        except Exception as e:  # noqa: BLE001
+            raise ExportError(f"AOTInductor code generation failed: {first_line(e)}") from e
+        cross_compile(generated, package, self.target, self.files, work)
+
+    def verify(
+        self,
+        spec: Any,
+        module: Any,
+        package: str,
+        max_batch: int,
+        device: str,
+        options: dict[str, Any],
+        stage: Stage,
+    ) -> tuple[Any, ...]:
+        print(
+            f"verify  ... skipped: a {self.target.name} package cannot run on this machine",
+            flush=True,
+        )
+        return sample_inputs(spec, device)
+
+    def write_manifest(
+        self,
+        folder: str,
+        package: str,
+        isa: str,
+        device: str,
+        signing_key: Any,
+        calls: PackageCalls,
+    ) -> None:
+        write_manifest(
+            folder,
+            package,
+            isa,
+            device,
+            signing_key,
+            calls=calls,
+            target=self.target.name,
+            march=self.target.march,
+            cxx=self.files.compiler,
+            op_library=self.files.op_library,
+        )
+
+
+Build = HostBuild | CrossBuild
+
+
+def build_for(target: str) -> Build:
+    """The build for --target; a cross target's toolchain must be in the runfiles."""
+    cross = TARGETS.get(target)
+    return CrossBuild(cross, target_files(cross)) if cross else HostBuild()
