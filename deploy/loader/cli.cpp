@@ -20,7 +20,7 @@ const char* const kHelp =
               [--bench N | --runs N] [--threads T] [--runners R]
               [--max-unpacked-mib M] [--max-input-mib M]
 
-Runs an AOTInductor package (made by deploy/export.py) on inputs from a
+Runs an AOTInductor package (made by the exporter, //deploy:export) on inputs from a
 torch.save file and writes the outputs with torch.save. No Python needed.
 
 Every file is opened once, without following a symbolic link, and must be a

@@ -1,9 +1,9 @@
 #pragma once
 
 // The target this loader was compiled for, and whether this CPU has the instruction sets a
-// package was compiled for. The names come from deploy/package_contract.json, which the exporter
-// reads too. Needs neither LibTorch nor the manifest parser, so it builds and runs alone, under
-// qemu for another architecture (tests/cpu_check_main.cpp).
+// package was compiled for. The names come from deploy/contract/package_contract.json, which the
+// exporter reads too. Needs neither LibTorch nor the manifest parser, so it builds and runs alone,
+// under qemu for another architecture (tests/cpu_check_main.cpp).
 
 #include <string>
 #include <vector>

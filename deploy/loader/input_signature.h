@@ -1,8 +1,9 @@
 #pragma once
 
-// The input signature export.py stores in the package metadata under kInputSignatureKey, as JSON:
-// one object per input, [{"dtype": "Float", "sizes": [{"min": 1, "max": 16}, ...]}, ...], where
-// a static dim has min == max and an unbounded one "max": null. Dtype names are c10::toString's
+// The input signature the exporter stores in the package metadata under kInputSignatureKey, as
+// JSON: one object per input, [{"dtype": "Float", "sizes": [{"min": 1, "max": 16}, ...]}, ...],
+// where a static dim has min == max and an unbounded one "max": null. Dtype names are
+// c10::toString's
 // ("Float", "Half", ...), one of contract::kInputDtypes.
 
 #include <cstdint>

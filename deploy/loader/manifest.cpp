@@ -68,7 +68,7 @@ std::string string_member(const Json& obj, const char* key, const std::string& c
   return it->get<std::string>();
 }
 
-// What export.py writes: a base name. A path, "." or ".." never names the file beside the
+// What the exporter writes: a base name. A path, "." or ".." never names the file beside the
 // manifest, and a control character would split the one line an error is.
 bool is_plain_file_name(const std::string& s) {
   return !s.empty() && s != "." && s != ".." && std::none_of(s.begin(), s.end(), [](char c) {
@@ -219,7 +219,7 @@ std::vector<RequiredClass> classes_member(const Json& root) {
   return classes;
 }
 
-// Target names as export.py writes them print bare; anything else is quoted.
+// Target names as the exporter writes them print bare; anything else is quoted.
 bool is_plain_name(const std::string& s) {
   return !s.empty() && s.size() <= 32 && std::all_of(s.begin(), s.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';

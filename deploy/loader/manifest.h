@@ -1,6 +1,6 @@
 #pragma once
 
-// manifest.json, written by export.py beside model.pt2: what the package and its op libraries
+// manifest.json, written by the exporter beside model.pt2: what the package and its op libraries
 // must be (sha256), what they were built with (torch release) and for (target, CPU features).
 // The loader checks all of it before it loads either. Parsing is strict: a manifest that two
 // JSON readers could read differently (duplicate members, a NUL, lone surrogates) is refused.
@@ -18,7 +18,7 @@
 
 namespace my_ops::loader {
 
-// The format this loader reads, the one deploy/export_manifest.py writes.
+// The format this loader reads, the one the exporter writes (deploy/export/manifest.py).
 using contract::kManifestFormat;
 // Manifests are a few hundred bytes; the cap keeps a hostile file from costing more than a read.
 constexpr size_t kMaxManifestBytes = 1 << 20;
@@ -96,7 +96,7 @@ std::vector<unsigned char> parse_public_key(std::string_view data);
 bool signature_valid(std::string_view message, std::string_view signature,
                      const std::vector<unsigned char>& public_key);
 
-// "manifest.json" -> "manifest.sig", as export.py names them.
+// "manifest.json" -> "manifest.sig", as the exporter names them.
 std::string signature_path(const std::string& manifest_path);
 
 // Why this loader must refuse a package exported for another target, in a phrase that follows

@@ -48,7 +48,7 @@ std::optional<std::string> tensor_problem(const at::Tensor& t);
 // Writes the tensors as a torch.save'd tuple, atomically. Fails with kOutputUnwritable.
 void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensors);
 
-// Checks inputs against the signature export.py stored in the package metadata, if any.
+// Checks inputs against the signature the exporter stored in the package metadata, if any.
 // Fails with kInputMismatch.
 void validate_inputs(const std::vector<at::Tensor>& inputs,
                      const std::unordered_map<std::string, std::string>& metadata);

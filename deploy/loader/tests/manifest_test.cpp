@@ -11,7 +11,7 @@ namespace {
 
 const std::string kSha(64, 'a');
 
-// As export.py writes them for the default model, less two of its ops; "test::twice.out" stands
+// As the exporter writes them for the default model, less two of its ops; "test::twice.out" stands
 // for an op's overload other than the default.
 const std::string kOps = R"j([
     {"name": "my_ops::silu_and_mul", "schema": "my_ops::silu_and_mul(Tensor x) -> Tensor"},
@@ -137,7 +137,7 @@ TEST(Manifest, RefusesAPackageFileThatIsNotAPlainName) {
   EXPECT_TRUE(RefusedFor(with_package_file(R"("x\n")"), reason + "'x?'"));
   EXPECT_TRUE(RefusedFor(with_package_file(R"("x\u0000y")"), reason + "'x?y'"));
   EXPECT_TRUE(RefusedFor(with_package_file(R"("x\u007f")"), reason + "'x?'"));
-  // What export.py writes, and names with dots in them, are plain names.
+  // What the exporter writes, and names with dots in them, are plain names.
   EXPECT_EQ(refusal(with_package_file(R"("model.pt2")")), "");
   EXPECT_EQ(refusal(with_package_file(R"("..model.v2.pt2")")), "");
 }
