@@ -1,20 +1,20 @@
 """Bad inputs raise a RuntimeError naming the argument, and the process keeps working.
 
-Each op's cases come from its argument roles (a primary that is 0-d or integer, a vector
-of the wrong length, a negative float, a misspelt choice, ...) plus the spec's own
-``bad_cases``; the custom class has its cases here.
+Each op's cases come from its argument roles' ``bad_values`` (a primary that is 0-d or
+integer, a vector of the wrong length, a negative float, a misspelt choice, ...: explicit
+values, never derived from the checks) plus the spec's own ``bad_cases``; the custom class
+has its cases here.
 """
 
 from __future__ import annotations
 
-import math
 import re
 
 import pytest
 import torch
 
 import my_ops
-from my_ops.ops._spec import BadCase, Choice, LastDimVector, LikePrimary, NonNegativeFloat, Primary
+from my_ops.ops._spec import BadCase
 from op_table import SPECS, assert_matches_reference, make_args
 from testing_utils import DEVICES, run_this_file
 
@@ -31,42 +31,16 @@ def _role_cases(spec, device: str) -> list[BadCase]:
     def valid(dev=device):
         return make_args(spec, (3, N), torch.float32, dev)
 
+    x_index = list(spec.arguments).index(spec.primary_name)
     cases: list[BadCase] = []
-
-    def add(name: str, what: str, i: int, wrong) -> None:
-        make = lambda d, i=i, w=wrong: _replace(valid(d), i, w(d))  # noqa: E731
-        cases.append(BadCase(f"{name}-{what}", make, name))
-
     for i, (name, role) in enumerate(spec.arguments.items()):
-        if isinstance(role, Primary):
-            # An integer or bool primary makes the others mismatch too: x is named first.
-            add(name, "0d", i, lambda d, i=i: valid(d)[i][0, 0])
-            add(name, "int", i, lambda d, i=i: valid(d)[i].int())
-            add(name, "bool", i, lambda d, i=i: valid(d)[i] > 0)
-            add(name, "complex", i, lambda d, i=i: valid(d)[i].to(torch.complex64))
-            if role.last_dim_multiple > 1:
-                add(name, "last-dim", i, lambda d, i=i: valid(d)[i][..., 1:])
-        elif isinstance(role, LikePrimary | LastDimVector):
-            add(name, "int", i, lambda d, i=i: valid(d)[i].int())
-            add(name, "float64", i, lambda d, i=i: valid(d)[i].double())
-            add(name, "float16", i, lambda d, i=i: valid(d)[i].half())
-            add(name, "none", i, lambda d: None)
-            if isinstance(role, LikePrimary):
-                add(name, "fewer-rows", i, lambda d, i=i: valid(d)[i][:2])
-                add(name, "broadcastable", i, lambda d, i=i: valid(d)[i][0])
-                add(name, "transposed-shape", i, lambda d, i=i: valid(d)[i].t())
-            else:
-                add(name, "longer", i, lambda d, i=i: torch.cat([valid(d)[i], valid(d)[i][:1]]))
-                add(name, "2d", i, lambda d, i=i: valid(d)[i].expand(2, -1))
-                add(name, "0d", i, lambda d, i=i: valid(d)[i][0])
-        elif isinstance(role, NonNegativeFloat):
-            for what, value in (("negative", -1e-6), ("nan", math.nan), ("-inf", -math.inf)):
-                add(name, what, i, lambda d, v=value: v)
-        elif isinstance(role, Choice):
-            first = role.values[0]
-            for what, value in (("upper", first.upper()), ("empty", ""), ("padded", f" {first}")):
-                if value not in role.values:
-                    add(name, what, i, lambda d, v=value: v)
+        for what, wrong in role.bad_values():
+
+            def make(d, i=i, wrong=wrong):
+                args = valid(d)
+                return _replace(args, i, wrong(args[i], args[x_index]))
+
+            cases.append(BadCase(f"{name}-{what}", make, name))
     return cases
 
 
@@ -80,7 +54,7 @@ def _device_mix_cases(spec, device: str) -> list[BadCase]:
         return []
     cases = []
     for i, (name, role) in enumerate(spec.arguments.items()):
-        if isinstance(role, LikePrimary | LastDimVector):
+        if role.is_tensor and name != spec.primary_name:
             for first, other in ((device, "cpu"), ("cpu", device)):
                 cases.append(
                     BadCase(
