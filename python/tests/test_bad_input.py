@@ -129,7 +129,10 @@ def _valid_calls_still_work(device):
 
 
 def _names(blame: str) -> str:
-    return rf"\b{re.escape(blame)}\b"
+    # Each check's message reads "<op>: expected <argument> to ...". A bare word match
+    # would also take a message about another argument that mentions this one ("expected
+    # bias to have the same dtype as x"), so a missing check of x would go unnoticed.
+    return rf"expected {re.escape(blame)} to\b"
 
 
 @pytest.mark.parametrize(("device", "case_id"), _CASES)
