@@ -463,3 +463,115 @@ class Choice(Role):
 
     def fuzz_wrong(self, value, x) -> bool:
         return value not in self.values
+
+
+@dataclass(frozen=True)
+class PositionTable(_FollowsPrimary):
+    """A 2-D table with x's dtype and device, one row per position of x's dim ``seq_dim``
+    and ``x.shape[-1] // last_dim_divisor`` columns: a rotary cos or sin table,
+    ``[seq, head_dim / 2]`` for ``x [..., seq, heads, head_dim]``."""
+
+    seq_dim: int = -3
+    last_dim_divisor: int = 2
+
+    def check(self, op, name, value, x) -> None:
+        _checks.check_same_device_and_dtype(op, name, value, x)
+        torch._check(
+            value.dim() == 2,
+            lambda: (
+                f"{op}: expected {name} to be 2-D [seq, head_dim / 2], got {value.dim()}-D "
+                f"with shape {list(value.shape)}"
+            ),
+        )
+        seq, cols = self.shape_of(tuple(x.shape))
+        torch._check(
+            value.shape[0] == seq and value.shape[1] == cols,
+            lambda: (
+                f"{op}: expected {name} to have shape [{seq}, {cols}] (x's seq dim, "
+                f"head_dim / 2), got {list(value.shape)}"
+            ),
+        )
+
+    def shape_of(self, x_shape):
+        return (x_shape[self.seq_dim], x_shape[-1] // self.last_dim_divisor)
+
+    def fits(self, x_shape):
+        return len(x_shape) >= -self.seq_dim
+
+    def fallback_shape(self):
+        return (3, 2)
+
+    def make(self, x, build, layout):
+        # A table is a tensor in its own right: every layout but "rows" (x's every other
+        # row) applies to it as it is.
+        return build(self.shape_of(tuple(x.shape)), "contiguous" if layout == "rows" else layout)
+
+    def bad_values(self) -> list[BadValue]:
+        return [
+            *super().bad_values(),
+            ("fewer-rows", lambda v, x: v[:-1]),
+            ("full-width", lambda v, x: torch.cat([v, v], dim=-1)),
+            ("transposed-shape", lambda v, x: v.t()),
+            ("1d", lambda v, x: v[0]),
+            ("batched", lambda v, x: v.unsqueeze(0)),
+        ]
+
+    def draw_valid(self, draw, x, g):
+        from hypothesis import strategies as st
+
+        shape = self.shape_of(tuple(x.shape))
+        t = torch.randn(shape, generator=g, dtype=torch.float64).to(x.device, x.dtype)
+        if draw(st.booleans()):  # column-major storage
+            t = t.t().contiguous().t()
+        return t
+
+    def wrong_shapes(self, kit, x_shape):
+        from hypothesis import strategies as st
+
+        @st.composite
+        def shapes(draw):
+            if not self.fits(x_shape):
+                return draw(kit.shapes())
+            seq, cols = self.shape_of(x_shape)
+            kind = draw(st.sampled_from(["row_off", "col_off", "full", "swapped", "1d", "other"]))
+            if kind == "row_off":
+                return (abs(seq + draw(st.sampled_from([-1, 1]))), cols)
+            if kind == "col_off":
+                return (seq, abs(cols + draw(st.sampled_from([-1, 1]))))
+            if kind == "full":
+                return (seq, x_shape[-1])
+            if kind == "swapped":
+                return (cols, seq)
+            if kind == "1d":
+                return (cols,)
+            return draw(kit.shapes())
+
+        return shapes()
+
+
+@dataclass(frozen=True)
+class Flag(Choice):
+    """A bool choosing between two code paths, which the tests cover both of.
+
+    There is no wrong bool: only values of other types are wrong, and the schema refuses
+    them before any check runs.
+    """
+
+    values: tuple = (False, True)
+    schema_type: ClassVar[str] = "bool"
+
+    def check(self, op, name, value, x) -> None:
+        pass
+
+    def bad_values(self) -> list[BadValue]:
+        return []
+
+    def fuzz(self, kit, wrong, ctx):
+        from hypothesis import strategies as st
+
+        if not wrong:
+            return st.sampled_from(self.values)
+        return st.sampled_from(["true", "", "False"])
+
+    def fuzz_wrong(self, value, x) -> bool:
+        return value not in self.values
