@@ -172,5 +172,16 @@ def test_errors_under_torch_compile(spec, device):
     assert_matches_reference(spec, args, compiled(*args))
 
 
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_fake_refuses_the_same_calls(spec):
+    # On meta tensors the op runs its fake alone. Under torch.compile a fake that lets a
+    # bad call through still ends in the kernel's error at run time, so only this catches
+    # a check missing from the fake (which torch.export would then not refuse).
+    for case in _role_cases(spec, "cpu") + spec.bad_cases("cpu"):
+        args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in case.make_args("cpu")]
+        with pytest.raises(RuntimeError, match=_names(case.blame)):
+            spec.op(*args)
+
+
 if __name__ == "__main__":
     run_this_file(__file__)
