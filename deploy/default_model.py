@@ -1,8 +1,9 @@
 """Default model exported by ``deploy/export.py`` when ``--model`` is not given.
 
 A small transformer-style block that exercises every piece of the op library: a
-gelu stem (``identity_conv``, ``fused_bias_gelu``), attention with a fused residual
-add and RMS norm (``fused_add_rms_norm``), a LLaMA-style SwiGLU MLP
+gelu stem (``identity_conv``, ``fused_bias_gelu``), attention with rotary position
+embeddings on its queries and keys (``rotary_embedding``, LLaMA's half-split layout)
+and a fused residual add and RMS norm (``fused_add_rms_norm``), a LLaMA-style SwiGLU MLP
 (``silu_and_mul``) and the ``torch.classes.my_ops.RMSNorm`` custom class (held by
 ``my_ops.RMSNorm``).
 
@@ -79,6 +80,11 @@ class Block(nn.Module):
         # Custom-class norm: its weight lives inside the TorchBind object, so
         # it is set here rather than by _init_weights.
         self.final_norm = my_ops.RMSNorm(1.0 + _det((hidden,), 0.1, offset=99.0), eps=1e-5)
+        # RoPE tables for every position up to MAX_SEQ, sliced to the sequence at run time.
+        # Buffers, not parameters: _init_weights leaves them as computed.
+        cos, sin = my_ops.ops.rotary_embedding.tables(MAX_SEQ, hidden // heads)
+        self.register_buffer("rope_cos", cos)
+        self.register_buffer("rope_sin", sin)
         self._init_weights()
 
     @torch.no_grad()
@@ -92,6 +98,10 @@ class Block(nn.Module):
         b, s, h = x.shape
         x = my_ops.fused_bias_gelu(self.stem(my_ops.identity_conv(x)), self.stem_bias, "tanh")
         q, k, v = self.qkv(x).view(b, s, 3, self.heads, h // self.heads).unbind(2)
+        # [batch, seq, heads, head_dim], the layout the op takes: no transpose before it.
+        cos, sin = self.rope_cos[:s], self.rope_sin[:s]
+        q = my_ops.rotary_embedding(q, cos, sin)
+        k = my_ops.rotary_embedding(k, cos, sin)
         attn = nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
         )

@@ -15,6 +15,7 @@ TORCH_LIBRARY(my_ops, m) {
   m.def("rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor");
   m.def("fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-6) -> (Tensor, Tensor)");
   m.def("silu_and_mul(Tensor x) -> Tensor");
+  m.def("rotary_embedding(Tensor x, Tensor cos, Tensor sin, bool interleaved=False) -> Tensor");
   // clang-format on
 
   using my_ops::RMSNorm;

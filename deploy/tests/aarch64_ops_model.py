@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 import my_ops
-from my_ops.ops._spec import Choice, LastDimVector, LikePrimary, NonNegativeFloat, Primary
+from my_ops.ops._spec import Choice, LastDimVector, NonNegativeFloat
 
 HIDDEN = 131
 SEQ = 5
@@ -38,12 +38,18 @@ class Call:
 
     spec: Any
     scalars: dict[str, Any]
-    n_inputs: int  # the primary and the tensors shaped like it, in argument order
+    n_inputs: int  # the tensors but the per-feature vectors, in argument order
 
     @property
     def name(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.scalars.items())
         return f"{self.spec.name}({shown})"
+
+
+def _is_input(role) -> bool:
+    # Per-feature vectors are the model's weights; every other tensor (the primary, those
+    # shaped like it or after it) is an input, shaped from the batch.
+    return role.is_tensor and not isinstance(role, LastDimVector)
 
 
 def _calls() -> list[Call]:
@@ -53,7 +59,7 @@ def _calls() -> list[Call]:
         floats = {
             n: r.samples[0] for n, r in spec.arguments.items() if isinstance(r, NonNegativeFloat)
         }
-        n_inputs = sum(isinstance(r, Primary | LikePrimary) for r in spec.arguments.values())
+        n_inputs = sum(_is_input(r) for r in spec.arguments.values())
         for combo in itertools.product(*choices.values()):
             scalars = {**dict(zip(choices, combo, strict=True)), **floats}
             calls.append(Call(spec, scalars, n_inputs))
@@ -86,7 +92,7 @@ class OpsModel(nn.Module):
         given = iter(inputs)
         args = []
         for name, role in call.spec.arguments.items():
-            if isinstance(role, Primary | LikePrimary):
+            if _is_input(role):
                 args.append(next(given))
             elif isinstance(role, LastDimVector):
                 args.append(self.vectors[f"{i}_{name}"])
@@ -130,12 +136,19 @@ def reference(model: OpsModel, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...
 
 
 def inputs(batch: int) -> tuple[torch.Tensor, ...]:
-    shapes = [
-        (batch, SEQ, HIDDEN * call.spec.primary.last_dim_multiple)
-        for call in CALLS
-        for _ in range(call.n_inputs)
-    ] + [(batch, SEQ, HIDDEN)]
-    return tuple(_det(shape, 0.3 * batch + 5.0 * k) for k, shape in enumerate(shapes))
+    offsets = (0.3 * batch + 5.0 * k for k in itertools.count())
+    tensors = []
+    for call in CALLS:
+        # The primary first (its shape made valid for the op), then each other input as its
+        # role shapes it after the primary.
+        x = _det(call.spec.primary.shape_for((batch, SEQ, HIDDEN)), next(offsets))
+        for name, role in call.spec.arguments.items():
+            if name == call.spec.primary_name:
+                tensors.append(x)
+            elif _is_input(role):
+                tensors.append(role.make(x, lambda s, layout: _det(s, next(offsets)), "contiguous"))
+    tensors.append(_det((batch, SEQ, HIDDEN), next(offsets)))
+    return tuple(tensors)
 
 
 @dataclasses.dataclass

@@ -415,18 +415,19 @@ def _write_calls(manifest_path: Path, ops: list[dict], classes: list[dict]) -> N
 
 
 def test_op_the_library_lacks_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
-    # As if exported with a library that has one more op than the one given.
+    # As if exported with a library that has one more op than the one given: a name no
+    # op of the library will take.
     ops, classes = _graph_calls()
     extra = {
-        "name": "my_ops::rotary_embedding",
-        "schema": "my_ops::rotary_embedding(Tensor x, Tensor cos, Tensor sin) -> Tensor",
+        "name": "my_ops::op_of_a_newer_library",
+        "schema": "my_ops::op_of_a_newer_library(Tensor x) -> Tensor",
     }
     _write_calls(pkg / "manifest.json", [*ops, extra], classes)
     proc, out = _run(loader_bin, pkg, tmp_path)
     _assert_ops_refused(
         proc,
         out,
-        "no op library registers op my_ops::rotary_embedding, which the package calls",
+        "no op library registers op my_ops::op_of_a_newer_library, which the package calls",
         f"(looked in {pkg / 'libmy_ops.so'})",
         f"expected '{extra['schema']}', found none",
     )

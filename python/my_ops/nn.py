@@ -90,12 +90,12 @@ class FakeRMSNorm:
         return cls(fields["weight"], fields["eps"])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm.fake(x, self._weight, self._eps)
+        return rms_norm.SPEC.checked_fake(x, self._weight, self._eps)
 
     def forward_residual(
         self, x: torch.Tensor, residual: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return fused_add_rms_norm.fake(x, residual, self._weight, self._eps)
+        return fused_add_rms_norm.SPEC.checked_fake(x, residual, self._weight, self._eps)
 
     def weight(self) -> torch.Tensor:
         return self._weight

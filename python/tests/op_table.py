@@ -2,8 +2,8 @@
 
 Every suite iterates over :data:`SPECS` (all of ``my_ops.ops.SPECS``) and builds its
 calls here, so a new op module with a ``SPEC`` is tested by every suite without a test
-file naming it. The logic that decides what a role's valid and invalid values are lives
-here, written independently of the fakes and kernels it checks.
+file naming it. What a role's valid and invalid values are is the test side of its class
+(``my_ops.ops._roles``), written independently of the checks the fakes and kernels make.
 """
 
 from __future__ import annotations
@@ -15,14 +15,7 @@ import pytest
 import torch
 
 import my_ops
-from my_ops.ops._spec import (
-    Choice,
-    LastDimVector,
-    LikePrimary,
-    NonNegativeFloat,
-    OpSpec,
-    Primary,
-)
+from my_ops.ops._spec import OpSpec
 from testing_utils import assert_close, make_input
 
 SPECS: list[OpSpec] = list(my_ops.ops.SPECS.values())
@@ -34,29 +27,19 @@ def by_op(specs: list[OpSpec] = SPECS):
     return pytest.mark.parametrize("spec", specs, ids=[s.name for s in specs])
 
 
-TENSOR_ROLES = (Primary, LikePrimary, LastDimVector)
-
-
-def is_tensor_role(role) -> bool:
-    return isinstance(role, TENSOR_ROLES)
-
-
-def primary_shape(spec: OpSpec, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """``shape`` made valid for the op's primary: its last dim scaled to the multiple."""
-    k = spec.primary.last_dim_multiple
-    return (*shape[:-1], shape[-1] * k) if shape else shape
-
-
 def scalar_variants(spec: OpSpec) -> list[dict[str, object]]:
-    """Every combination of the op's choices; its floats take turns through their samples."""
-    names = [n for n, r in spec.arguments.items() if isinstance(r, Choice)]
-    combos = list(itertools.product(*(spec.arguments[n].values for n in names))) or [()]
+    """Every combination of the values of the op's exhaustive scalars (choices, flags); the
+    other scalars (floats) take turns through their values."""
+    scalars = {n: r for n, r in spec.arguments.items() if not r.is_tensor}
+    names = [n for n, r in scalars.items() if r.exhaustive]
+    combos = list(itertools.product(*(scalars[n].valid_values() for n in names))) or [()]
     variants = []
     for i, combo in enumerate(combos):
         values: dict[str, object] = dict(zip(names, combo, strict=True))
-        for name, role in spec.arguments.items():
-            if isinstance(role, NonNegativeFloat):
-                values[name] = role.samples[i % len(role.samples)]
+        for name, role in scalars.items():
+            if not role.exhaustive:
+                samples = role.valid_values()
+                values[name] = samples[i % len(samples)]
         variants.append(values)
     return variants
 
@@ -73,24 +56,20 @@ def make_args(
     requires_grad: bool = False,
     generator: torch.Generator | None = None,
 ) -> tuple:
-    """Valid arguments, in schema order, for a primary of ``primary_shape(spec, shape)``.
-
-    Tensors like the primary share its layout; vectors are strided when it is ``sliced``.
-    """
+    """Valid arguments, in schema order, for a primary of ``spec.primary.shape_for(shape)``
+    in ``layout``; each other tensor in the layout its role picks for it."""
     scalars = scalars if scalars is not None else scalar_variants(spec)[0]
-    x_shape = primary_shape(spec, shape)
+    x = make_input(spec.primary.shape_for(shape), dtype, device, layout, scale, generator)
+
+    def build(s: tuple[int, ...], lay: str) -> torch.Tensor:
+        return make_input(s, dtype, device, lay, generator=generator)
+
     args = []
     for name, role in spec.arguments.items():
-        if isinstance(role, Primary):
-            t = make_input(x_shape, dtype, device, layout, scale, generator)
-        elif isinstance(role, LikePrimary):
-            t = make_input(x_shape, dtype, device, "contiguous" if layout == "rows" else layout)
-        elif isinstance(role, LastDimVector):
-            vec_layout = "sliced" if layout == "sliced" else "contiguous"
-            t = make_input(x_shape[-1:], dtype, device, vec_layout, generator=generator)
-        else:
+        if not role.is_tensor:
             args.append(scalars[name])
             continue
+        t = x if name == spec.primary_name else role.make(x, build, layout)
         args.append(t.detach().requires_grad_(requires_grad) if requires_grad else t)
     return tuple(args)
 

@@ -1,20 +1,20 @@
 """Bad inputs raise a RuntimeError naming the argument, and the process keeps working.
 
-Each op's cases come from its argument roles (a primary that is 0-d or integer, a vector
-of the wrong length, a negative float, a misspelt choice, ...) plus the spec's own
-``bad_cases``; the custom class has its cases here.
+Each op's cases come from its argument roles' ``bad_values`` (a primary that is 0-d or
+integer, a vector of the wrong length, a negative float, a misspelt choice, ...: explicit
+values, never derived from the checks) plus the spec's own ``bad_cases``; the custom class
+has its cases here.
 """
 
 from __future__ import annotations
 
-import math
 import re
 
 import pytest
 import torch
 
 import my_ops
-from my_ops.ops._spec import BadCase, Choice, LastDimVector, LikePrimary, NonNegativeFloat, Primary
+from my_ops.ops._spec import BadCase
 from op_table import SPECS, assert_matches_reference, make_args
 from testing_utils import DEVICES, run_this_file
 
@@ -31,42 +31,16 @@ def _role_cases(spec, device: str) -> list[BadCase]:
     def valid(dev=device):
         return make_args(spec, (3, N), torch.float32, dev)
 
+    x_index = list(spec.arguments).index(spec.primary_name)
     cases: list[BadCase] = []
-
-    def add(name: str, what: str, i: int, wrong) -> None:
-        make = lambda d, i=i, w=wrong: _replace(valid(d), i, w(d))  # noqa: E731
-        cases.append(BadCase(f"{name}-{what}", make, name))
-
     for i, (name, role) in enumerate(spec.arguments.items()):
-        if isinstance(role, Primary):
-            # An integer or bool primary makes the others mismatch too: x is named first.
-            add(name, "0d", i, lambda d, i=i: valid(d)[i][0, 0])
-            add(name, "int", i, lambda d, i=i: valid(d)[i].int())
-            add(name, "bool", i, lambda d, i=i: valid(d)[i] > 0)
-            add(name, "complex", i, lambda d, i=i: valid(d)[i].to(torch.complex64))
-            if role.last_dim_multiple > 1:
-                add(name, "last-dim", i, lambda d, i=i: valid(d)[i][..., 1:])
-        elif isinstance(role, LikePrimary | LastDimVector):
-            add(name, "int", i, lambda d, i=i: valid(d)[i].int())
-            add(name, "float64", i, lambda d, i=i: valid(d)[i].double())
-            add(name, "float16", i, lambda d, i=i: valid(d)[i].half())
-            add(name, "none", i, lambda d: None)
-            if isinstance(role, LikePrimary):
-                add(name, "fewer-rows", i, lambda d, i=i: valid(d)[i][:2])
-                add(name, "broadcastable", i, lambda d, i=i: valid(d)[i][0])
-                add(name, "transposed-shape", i, lambda d, i=i: valid(d)[i].t())
-            else:
-                add(name, "longer", i, lambda d, i=i: torch.cat([valid(d)[i], valid(d)[i][:1]]))
-                add(name, "2d", i, lambda d, i=i: valid(d)[i].expand(2, -1))
-                add(name, "0d", i, lambda d, i=i: valid(d)[i][0])
-        elif isinstance(role, NonNegativeFloat):
-            for what, value in (("negative", -1e-6), ("nan", math.nan), ("-inf", -math.inf)):
-                add(name, what, i, lambda d, v=value: v)
-        elif isinstance(role, Choice):
-            first = role.values[0]
-            for what, value in (("upper", first.upper()), ("empty", ""), ("padded", f" {first}")):
-                if value not in role.values:
-                    add(name, what, i, lambda d, v=value: v)
+        for what, wrong in role.bad_values():
+
+            def make(d, i=i, wrong=wrong):
+                args = valid(d)
+                return _replace(args, i, wrong(args[i], args[x_index]))
+
+            cases.append(BadCase(f"{name}-{what}", make, name))
     return cases
 
 
@@ -80,7 +54,7 @@ def _device_mix_cases(spec, device: str) -> list[BadCase]:
         return []
     cases = []
     for i, (name, role) in enumerate(spec.arguments.items()):
-        if isinstance(role, LikePrimary | LastDimVector):
+        if role.is_tensor and name != spec.primary_name:
             for first, other in ((device, "cpu"), ("cpu", device)):
                 cases.append(
                     BadCase(
@@ -155,7 +129,10 @@ def _valid_calls_still_work(device):
 
 
 def _names(blame: str) -> str:
-    return rf"\b{re.escape(blame)}\b"
+    # Each check's message reads "<op>: expected <argument> to ...". A bare word match
+    # would also take a message about another argument that mentions this one ("expected
+    # bias to have the same dtype as x"), so a missing check of x would go unnoticed.
+    return rf"expected {re.escape(blame)} to\b"
 
 
 @pytest.mark.parametrize(("device", "case_id"), _CASES)
@@ -193,6 +170,17 @@ def test_errors_under_torch_compile(spec, device):
             compiled(*args)
     args = make_args(spec, (3, N), torch.float32, device)
     assert_matches_reference(spec, args, compiled(*args))
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_fake_refuses_the_same_calls(spec):
+    # On meta tensors the op runs its fake alone. Under torch.compile a fake that lets a
+    # bad call through still ends in the kernel's error at run time, so only this catches
+    # a check missing from the fake (which torch.export would then not refuse).
+    for case in _role_cases(spec, "cpu") + spec.bad_cases("cpu"):
+        args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in case.make_args("cpu")]
+        with pytest.raises(RuntimeError, match=_names(case.blame)):
+            spec.op(*args)
 
 
 if __name__ == "__main__":

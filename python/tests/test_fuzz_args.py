@@ -31,6 +31,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -43,7 +44,7 @@ except ImportError:  # tools/gpu_check runs the suite with a stub when hypothesi
     pytest.skip("hypothesis is not installed", allow_module_level=True)
 
 import my_ops
-from my_ops.ops._spec import Choice, LastDimVector, LikePrimary, NonNegativeFloat, Primary
+from my_ops.ops._spec import LastDimVector, LikePrimary, NonNegativeFloat, Primary
 from testing_utils import DEVICES, FLOAT_DTYPES, TOLERANCES, hypothesis_settings, run_this_file
 
 EXAMPLES = int(os.environ.get("MY_OPS_FUZZ_EXAMPLES", "100"))
@@ -140,18 +141,26 @@ class Case:
     """One call: ``target`` is an op name, or ``RMSNorm.<method>`` for the class."""
 
     target: str
-    args: tuple[tuple[str, str, object], ...]  # (name, schema type, value)
-    ctor: tuple[tuple[str, str, object], ...] = ()  # the class's (weight, eps)
+    args: tuple[tuple[str, object], ...]  # (name, value)
+    ctor: tuple[tuple[str, object], ...] = ()  # the class's (weight, eps)
 
-    def arg(self, name: str):
-        return {n: v for n, _, v in self.ctor + self.args}[name]
+    def roles(self) -> dict:
+        return CLASS_ROLES if self.ctor else SPECS[self.target].arguments
+
+    def args_of(self, values: dict) -> list[tuple[str, object]]:
+        """(name, built value) of the op's or method's arguments."""
+        return [(n, values[n]) for n, _ in self.args]
+
+    def ctor_of(self, values: dict) -> list[tuple[str, object]]:
+        return [(n, values[n]) for n, _ in self.ctor]
 
     def tensors(self) -> list:
-        return [v for _, typ, v in self.ctor + self.args if typ == "Tensor"]
+        roles = self.roles()
+        return [v for n, v in self.ctor + self.args if roles[n].is_tensor]
 
     def __repr__(self) -> str:
         def fmt(params):
-            return ", ".join(f"{n}={v!r}" for n, _, v in params)
+            return ", ".join(f"{n}={v!r}" for n, v in params)
 
         if self.ctor:
             return f"RMSNorm({fmt(self.ctor)}).{self.target.split('.')[1]}({fmt(self.args)})"
@@ -179,32 +188,6 @@ def shapes(draw, min_rank: int = 0) -> tuple[int, ...]:
     if shape and draw(st.booleans()):
         shape[-1] = draw(st.integers(1, 40))  # past one vector width, with a tail
     return tuple(shape)
-
-
-@st.composite
-def wrong_shapes_like(draw, x_shape: tuple[int, ...]) -> tuple[int, ...]:
-    kind = draw(st.sampled_from(["other", "one_dim_off", "suffix", "unsqueezed"]))
-    if kind == "other" or not x_shape:
-        return draw(shapes())
-    if kind == "one_dim_off":
-        i = draw(st.integers(0, len(x_shape) - 1))
-        return (*x_shape[:i], abs(x_shape[i] + draw(st.sampled_from([-1, 1]))), *x_shape[i + 1 :])
-    if kind == "suffix":  # broadcastable to x, but not x's shape
-        return x_shape[1:]
-    return (1, *x_shape)
-
-
-@st.composite
-def wrong_vector_shapes(draw, x_shape: tuple[int, ...]) -> tuple[int, ...]:
-    n = x_shape[-1] if x_shape else draw(st.integers(0, 5))
-    kind = draw(st.sampled_from(["off_by_one", "other", "like_x", "scalar"]))
-    if kind == "off_by_one":
-        return (n + 1,) if n == 0 or draw(st.booleans()) else (n - 1,)
-    if kind == "other":
-        return draw(shapes())
-    if kind == "like_x":
-        return x_shape
-    return ()
 
 
 python_scalars = st.one_of(
@@ -240,7 +223,7 @@ def wrong_tensor_args(draw, shape, wrong_shape, dtype: torch.dtype, devices: lis
     )
 
 
-def eps_tensors(valid: bool):
+def scalar_tensors(valid: bool):
     # torch converts a one-element real CPU tensor to a float argument.
     return st.builds(
         T,
@@ -251,31 +234,6 @@ def eps_tensors(valid: bool):
         st.just("cpu") if valid else st.sampled_from(["cpu", "meta"]),
         st.just("contiguous"),
         seeds,
-    )
-
-
-valid_eps = st.one_of(
-    st.sampled_from([1e-6, 1e-5, 0.0, -0.0, 1.0, 1e30, 5e-324, math.inf]),
-    st.floats(min_value=0.0),
-    st.integers(0, 2),
-    st.booleans(),
-)
-wrong_eps = st.one_of(
-    st.sampled_from([math.nan, -math.inf, -1e-6, -1.0, -5e-324]),
-    st.floats(allow_nan=True, allow_infinity=True),
-    st.integers(-2, 2),
-    st.sampled_from([None, "1e-6", 1j]),
-    eps_tensors(valid=False),
-)
-
-
-def wrong_choices(values: tuple[str, ...]):
-    """Strings that are nearly, or not at all, one of ``values``, and non-strings."""
-    near = [v.upper() for v in values] + [f" {v}" for v in values] + [f"{v}\x00" for v in values]
-    return st.one_of(
-        st.sampled_from([*near, "", "nonë"]),
-        st.text(max_size=6),
-        st.sampled_from([None, 0, 1.0]),
     )
 
 
@@ -291,171 +249,102 @@ def _devices(device: str) -> list[str]:
     return devices
 
 
-@st.composite
-def primaries(draw, device: str, faulty: bool, last_dim_multiple: int = 1):
-    """``(x, x_shape, dtype, devices)``: the others are valid when they follow x's dtype, shape
-    and device."""
-    devices = _devices(device)
-    if draw(st.integers(0, 4)) == 0:  # the fake (meta) kernels check arguments too
-        devices[:2] = ["meta", device]
-    dtype = draw(st.sampled_from(FLOAT_DTYPES))
-    x_shape = draw(shapes(min_rank=1))
-    x_shape = (*x_shape[:-1], x_shape[-1] * last_dim_multiple)
-    if not faulty:
-        return draw(tensors(x_shape, dtype, devices[0])), x_shape, dtype, devices
-    kinds = ["none", "scalar", "dtype", "0-d", "any"]
-    kind = draw(st.sampled_from(kinds + (["last-dim"] if last_dim_multiple > 1 else [])))
-    if kind == "none":
-        return None, x_shape, dtype, devices
-    if kind == "scalar":
-        return draw(python_scalars), x_shape, dtype, devices
-    if kind == "0-d":
-        x_shape = ()
-    elif kind == "last-dim":
-        x_shape = (*x_shape[:-1], x_shape[-1] + draw(st.integers(1, last_dim_multiple - 1)))
-    elif kind == "dtype":
-        dtype = draw(st.sampled_from(OTHER_DTYPES))
-    else:
-        x_shape, dtype = draw(shapes()), draw(any_dtype)
-    return draw(tensors(x_shape, dtype, devices[0])), x_shape, dtype, devices
-
-
-def _like_x(wrong: bool, vector: bool, x_shape, dtype, devices):
-    if vector:
-        n = x_shape[-1] if x_shape else 3
-        shape, wrong_shape = (n,), wrong_vector_shapes(x_shape)
-    else:
-        shape, wrong_shape = x_shape, wrong_shapes_like(x_shape)
-    if wrong:
-        return wrong_tensor_args(shape, wrong_shape, dtype, devices)
-    return tensors(shape, dtype, devices[0])
-
-
-SCHEMA_TYPES = {NonNegativeFloat: "float", Choice: "str"}
+# What the roles' fuzz strategies draw with (my_ops.ops._roles): tensors described by T,
+# built when the call is made, so that a failing example prints as a short repr.
+KIT = SimpleNamespace(
+    tensor=tensors,
+    wrong_tensor=wrong_tensor_args,
+    shapes=shapes,
+    python_scalars=python_scalars,
+    scalar_tensor=scalar_tensors,
+    devices=_devices,
+    floating_dtypes=FLOAT_DTYPES,
+    other_dtypes=OTHER_DTYPES,
+    any_dtype=any_dtype,
+)
 
 
 @st.composite
 def op_calls(draw, spec, device: str):
     """A call of ``spec``'s op: each argument drawn from its role, some of them wrong."""
     wrong = draw(faults(list(spec.arguments)))
+    x_name = spec.primary_name
+    x, ctx = draw(spec.primary.fuzz_primary(KIT, device, x_name in wrong))
     args = []
     for name, role in spec.arguments.items():
-        if isinstance(role, Primary):
-            x, x_shape, dtype, devices = draw(
-                primaries(device, name in wrong, role.last_dim_multiple)
-            )
-            value = x
-        elif isinstance(role, LikePrimary | LastDimVector):
-            vector = isinstance(role, LastDimVector)
-            value = draw(_like_x(name in wrong, vector, x_shape, dtype, devices))
-        elif isinstance(role, NonNegativeFloat):
-            value = draw(wrong_eps if name in wrong else st.one_of(valid_eps, eps_tensors(True)))
-        else:
-            valid = st.sampled_from(role.values)
-            value = draw(wrong_choices(role.values) if name in wrong else valid)
-        args.append((name, SCHEMA_TYPES.get(type(role), "Tensor"), value))
+        value = x if name == x_name else draw(role.fuzz(KIT, name in wrong, ctx))
+        args.append((name, value))
     return Case(spec.name, tuple(args))
+
+
+# The class: the constructor checks weight and eps, its methods x and residual (and the
+# weight against x) as these roles.
+CLASS_ROLES = {
+    "x": Primary(),
+    "residual": LikePrimary(),
+    "weight": LastDimVector(),
+    "eps": NonNegativeFloat(),
+}
 
 
 @st.composite
 def class_calls(draw, device: str):
     wrong = draw(faults(["x", "residual", "weight", "eps"]))
-    x, x_shape, dtype, devices = draw(primaries(device, "x" in wrong))
-    weight = draw(_like_x("weight" in wrong, True, x_shape, dtype, devices))
-    eps = draw(wrong_eps if "eps" in wrong else valid_eps)
-    ctor = (("weight", "Tensor", weight), ("eps", "float", eps))
+    x, ctx = draw(CLASS_ROLES["x"].fuzz_primary(KIT, device, "x" in wrong))
+    weight = draw(CLASS_ROLES["weight"].fuzz(KIT, "weight" in wrong, ctx))
+    # The constructor's eps is a double that no tensor converts to.
+    eps = draw(CLASS_ROLES["eps"].fuzz(KIT, "eps" in wrong, ctx, tensors=False))
+    ctor = (("weight", weight), ("eps", eps))
     if draw(st.booleans()):
-        return Case("RMSNorm.forward", (("x", "Tensor", x),), ctor)
-    residual = draw(_like_x("residual" in wrong, False, x_shape, dtype, devices))
-    return Case(
-        "RMSNorm.forward_residual", (("x", "Tensor", x), ("residual", "Tensor", residual)), ctor
-    )
+        return Case("RMSNorm.forward", (("x", x),), ctor)
+    residual = draw(CLASS_ROLES["residual"].fuzz(KIT, "residual" in wrong, ctx))
+    return Case("RMSNorm.forward_residual", (("x", x), ("residual", residual)), ctor)
 
 
 # --- the contract ----------------------------------------------------------------------------
 
 
-def _schema_accepts(typ: str, value) -> bool:
-    if typ == "Tensor":  # None reaches the kernel as an undefined tensor
-        return value is None or isinstance(value, T)
-    if typ == "str":
-        return isinstance(value, str)
-    if isinstance(value, T):
-        return value.numel == 1 and value.device == "cpu" and not value.dtype.is_complex
-    return isinstance(value, bool | int | float)
-
-
-def _as_float(value) -> float:
-    return float(value.build().item()) if isinstance(value, T) else float(value)
-
-
-def _schema_error(params) -> set[str]:
+def _schema_error(params, roles: dict) -> set[str]:
     """Python values the schema cannot convert: the first one is named."""
-    for name, typ, value in params:
-        if not _schema_accepts(typ, value):
+    for name, value in params:
+        if not roles[name].schema_accepts(value):
             return {name}
     return set()
 
 
-def _bad_primary(x, last_dim_multiple: int = 1) -> bool:
-    if x is None or x.dtype not in FLOATING or not x.shape:
-        return True
-    return x.shape[-1] % last_dim_multiple != 0
-
-
-def _wrong_like_x(t, x, *, vector: bool) -> bool:
-    """t is wrong on its own, or (when x itself is fine) does not fit x."""
-    if t is None or (vector and len(t.shape) != 1):
-        return True
-    if _bad_primary(x):
-        return False
-    if t.device != x.device or t.dtype != x.dtype:
-        return True
-    return t.shape != (x.shape[-1],) if vector else t.shape != x.shape
-
-
-def _role_blame(roles: dict, value) -> set[str]:
+def _role_blame(roles: dict, x_name: str, values: dict) -> set[str]:
     """Names of every argument that breaks what its role allows; empty when the call is valid."""
-    x_name, x_role = next((n, r) for n, r in roles.items() if isinstance(r, Primary))
-    x = value(x_name)
-    blame = {x_name} if _bad_primary(x, x_role.last_dim_multiple) else set()
+    x = values[x_name]
+    x_wrong = roles[x_name].fuzz_wrong(x)
+    blame = {x_name} if x_wrong else set()
     for name, role in roles.items():
-        v = value(name)
-        if isinstance(role, LikePrimary | LastDimVector):
-            wrong = _wrong_like_x(v, x, vector=isinstance(role, LastDimVector))
-        elif isinstance(role, NonNegativeFloat):
-            wrong = not _as_float(v) >= 0
-        elif isinstance(role, Choice):
-            wrong = v not in role.values
-        else:
-            continue
-        if wrong:
+        if name != x_name and role.fuzz_wrong(values[name], None if x_wrong else x):
             blame.add(name)
     return blame
 
 
-# The class's methods check their arguments as these roles (the weight against x).
-CLASS_ROLES = {"x": Primary(), "residual": LikePrimary(), "weight": LastDimVector()}
-
-
-def expected_blame(case: Case) -> set[str]:
-    """What a correct implementation does with ``case``: {} succeeds, else names one of these."""
-    a = case.arg
+def expected_blame(case: Case, values: dict) -> set[str]:
+    """What a correct implementation does with ``case`` (its arguments built, ``values``):
+    {} succeeds, else names one of these."""
     if not case.ctor:
-        return _schema_error(case.args) or _role_blame(SPECS[case.target].arguments, a)
+        spec = SPECS[case.target]
+        return _schema_error(case.args_of(values), spec.arguments) or _role_blame(
+            spec.arguments, spec.primary_name, values
+        )
     # The class: the constructor checks weight and eps, the method the rest.
-    weight, eps = a("weight"), a("eps")
-    blame = _schema_error(case.ctor)
+    blame = _schema_error(case.ctor_of(values), CLASS_ROLES)
     if blame:
         return blame
-    if weight is None or weight.dtype not in FLOATING or len(weight.shape) != 1:
+    weight, eps = values["weight"], values["eps"]
+    if weight is None or weight.dtype not in FLOATING or weight.dim() != 1:
         blame.add("weight")
-    if not _as_float(eps) >= 0:
+    if CLASS_ROLES["eps"].fuzz_wrong(eps, None):
         blame.add("eps")
     if blame:
         return blame
-    roles = {n: CLASS_ROLES[n] for n, _, _ in case.ctor + case.args if n in CLASS_ROLES}
-    return _schema_error(case.args) or _role_blame(roles, a)
+    # The method checks its own arguments and the weight against x.
+    method = {n: CLASS_ROLES[n] for n in values if n != "eps"}
+    return _schema_error(case.args_of(values), CLASS_ROLES) or _role_blame(method, "x", values)
 
 
 def _subject(message: str) -> str | None:
@@ -494,10 +383,10 @@ def _hang_guard():
 
 def _call(case: Case, values: dict):
     if not case.ctor:
-        return getattr(torch.ops.my_ops, case.target)(*(values[n] for n, _, _ in case.args))
+        return getattr(torch.ops.my_ops, case.target)(*(values[n] for n, _ in case.args))
     obj = torch.classes.my_ops.RMSNorm(values["weight"], values["eps"])
     method = getattr(obj, case.target.split(".")[1])
-    return method(*(values[n] for n, _, _ in case.args))
+    return method(*(values[n] for n, _ in case.args))
 
 
 def _check_output(case: Case, name: str, actual, expected, x: torch.Tensor, tolerances=None):
@@ -523,10 +412,10 @@ def _check_result(case: Case, values: dict, result) -> None:
     x = values["x"]
     if not case.ctor:
         spec = SPECS[case.target]
-        args = [_as_float(v) if typ == "float" else values[n] for n, typ, v in case.args]
+        args = [_as_float(spec.arguments[n], values[n]) for n, _ in case.args]
         expected, tolerances = spec.reference(*args), spec.tolerances
     else:
-        eps, residual = _as_float(case.arg("eps")), values.get("residual")
+        eps, residual = _as_float(CLASS_ROLES["eps"], values["eps"]), values.get("residual")
         expected, tolerances = my_ops.nn.reference(x, values["weight"], eps, residual), None
     expected = expected if isinstance(expected, tuple) else (expected,)
     result = result if isinstance(result, tuple) else (result,)
@@ -535,9 +424,16 @@ def _check_result(case: Case, values: dict, result) -> None:
         _check_output(case, f"output {i}", actual, want, x, tolerances)
 
 
+def _as_float(role, value):
+    # The reference takes a float argument as a Python float, as the kernel receives it.
+    if role.schema_type == "float" and isinstance(value, torch.Tensor):
+        return float(value.item())
+    return value
+
+
 def run_case(case: Case) -> None:
-    blame = expected_blame(case)
-    values = {n: _build(v) for n, _, v in case.ctor + case.args}
+    values = {n: _build(v) for n, v in case.ctor + case.args}
+    blame = expected_blame(case, values)
     try:
         with _hang_guard():
             result = _call(case, values)

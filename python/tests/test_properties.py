@@ -8,24 +8,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import my_ops
-from my_ops.ops._spec import Choice, LastDimVector, LikePrimary, NonNegativeFloat, Primary
+from my_ops.ops._spec import Primary
 from op_table import assert_matches_reference, by_op
 from testing_utils import DEVICES, FLOAT_DTYPES, assert_close, hypothesis_settings, run_this_file
 
+ANY_PRIMARY = Primary()
+
 
 @st.composite
-def strided_tensors(draw, device: str, last_dim_multiple: int = 1, max_dims: int = 4):
-    """A float tensor whose memory layout is a random permutation/slice of its storage.
+def strided_tensors(draw, device: str, primary: Primary = ANY_PRIMARY):
+    """A float tensor valid as ``primary``, whose memory layout is a random
+    permutation/slice of its storage.
 
-    Returns ``(x, generator)``; ``x`` may be non-contiguous, transposed or empty, and its
-    last dimension is a multiple of ``last_dim_multiple``.
+    Returns ``(x, generator)``; ``x`` may be non-contiguous, transposed or empty.
     """
     dtype = draw(st.sampled_from(FLOAT_DTYPES))
-    ndim = draw(st.integers(1, max_dims))
-    shape = draw(st.lists(st.integers(0, 9), min_size=ndim, max_size=ndim))
-    if draw(st.booleans()):
-        shape[-1] = draw(st.integers(1, 300))  # a wide last dim for vectorized paths
-    shape[-1] *= last_dim_multiple
+    shape = primary.strided_shape(draw)
+    ndim = len(shape)
     steps = draw(st.lists(st.integers(1, 3), min_size=ndim, max_size=ndim))
     perm = draw(st.permutations(range(ndim)))
     g = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
@@ -40,31 +39,15 @@ def strided_tensors(draw, device: str, last_dim_multiple: int = 1, max_dims: int
     return x, g
 
 
-def _like(x: torch.Tensor, g: torch.Generator, shape=None) -> torch.Tensor:
-    shape = x.shape if shape is None else shape
-    return torch.randn(shape, generator=g, dtype=torch.float64).to(device=x.device, dtype=x.dtype)
-
-
 @st.composite
 def calls(draw, spec, device: str):
-    """Valid arguments for ``spec``: a strided primary, the others drawn to fit it."""
-    x, g = draw(strided_tensors(device, spec.primary.last_dim_multiple))
-    args = []
-    for role in spec.arguments.values():
-        if isinstance(role, Primary):
-            args.append(x)
-        elif isinstance(role, LikePrimary):
-            t = _like(x, g)
-            if x.dim() >= 2 and draw(st.booleans()):
-                t = t.transpose(0, -1).contiguous().transpose(0, -1)
-            args.append(t)
-        elif isinstance(role, LastDimVector):
-            args.append(_like(x, g, (x.shape[-1],)))
-        elif isinstance(role, NonNegativeFloat):
-            args.append(draw(st.sampled_from(role.samples)))
-        elif isinstance(role, Choice):
-            args.append(draw(st.sampled_from(role.values)))
-    return tuple(args)
+    """Valid arguments for ``spec``: a strided primary, the others drawn by their roles to
+    fit it."""
+    x, g = draw(strided_tensors(device, spec.primary))
+    return tuple(
+        x if name == spec.primary_name else role.draw_valid(draw, x, g)
+        for name, role in spec.arguments.items()
+    )
 
 
 @by_op()
@@ -87,7 +70,7 @@ def test_class_property(device):
     @given(data=strided_tensors(device), eps=st.floats(1e-8, 1.0))
     def check(data, eps):
         x, g = data
-        weight = _like(x, g, (x.shape[-1],))
+        weight = torch.randn(x.shape[-1], generator=g, dtype=torch.float64).to(x.device, x.dtype)
         obj = torch.classes.my_ops.RMSNorm(weight, eps)
         assert_close(obj.forward(x), my_ops.nn.reference(x, weight, eps))
 

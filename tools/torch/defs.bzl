@@ -6,22 +6,21 @@ load("@rules_cuda//cuda:defs.bzl", "cuda_library", "requires_cuda")
 load("//tools/cc:sanitizers.bzl", "sanitizer_deps")
 load(":kernel_flags.bzl", "TORCH_CPU_KERNEL_COPTS", "TORCH_CPU_KERNEL_COPTS_AARCH64", "TORCH_NVCC_COPTS", "TORCH_OP_LIBRARY_LINKOPTS")
 
-# The files an op library compiles or includes, per folder. tools/gpu_check
-# finds them with the same patterns; its test compares the two lists.
-_KERNEL_PATTERNS = ["*.cpp", "*.cu", "*.h", "*.cuh"]
+# The files an op library compiles or includes: *.cpp, *.cu, *.h and *.cuh in
+# every folder of its package (a list of op folders to keep in step with the
+# folders would add nothing). tools/gpu_check finds them with the same
+# patterns; its test compares the two lists.
+def _glob(pattern):
+    return native.glob(["*/" + pattern], allow_empty = True)
 
-def _glob(folders, pattern):
-    return native.glob([f + "/" + pattern for f in folders], allow_empty = True)
-
-def torch_op_library(name, ops, registration = "registration.cpp", common = "common", visibility = None):
-    """Builds lib<name>.so, a PyTorch op library, from one folder per op.
+def torch_op_library(name, registration = "registration.cpp", visibility = None):
+    """Builds lib<name>.so, a PyTorch op library, from every folder of the package.
 
     Each op folder holds *.cpp (CPU kernels, with their TORCH_LIBRARY_IMPL),
-    *.cu (CUDA kernels), and headers (*.h, *.cuh). `registration` holds the one
-    TORCH_LIBRARY block with every schema. Adding an op means adding its
-    folder to `ops` and its schema line to `registration`. Every folder of the
-    package that holds such files must be `common` or listed in `ops`, so a
-    build that takes every folder (tools/gpu_check) compiles the same files.
+    *.cu (CUDA kernels), and headers (*.h, *.cuh); the folder of shared
+    helpers (common/) is one more. `registration` holds the one TORCH_LIBRARY
+    block with every schema. Adding an op means adding its folder and its
+    schema line, nothing here.
 
     Targets: lib<name>.so (the shared library), <name>_cpu, <name>_cuda;
     <name>_srcs, every file they compile or include. <name>_cuda is
@@ -32,21 +31,13 @@ def torch_op_library(name, ops, registration = "registration.cpp", common = "com
 
     Args:
       name: library name; the shared library is lib<name>.so.
-      ops: op folder names, relative to this package.
       registration: the source file with TORCH_LIBRARY.
-      common: folder of helpers shared by the ops.
       visibility: visibility of the shared library.
     """
-    folders = [common] + ops
-    present = {f.split("/")[0]: True for p in _KERNEL_PATTERNS for f in _glob(["*"], p)}
-    unlisted = [f for f in present if f not in folders]
-    empty = [f for f in ops if f not in present]
-    if unlisted or empty:
-        fail("torch_op_library({}): each folder with *.cpp, *.cu, *.h or *.cuh files must be {} or in ops. Not in ops: {}; in ops without such files: {}".format(name, repr(common), unlisted, empty))
-    cpu_srcs = [registration] + _glob(folders, "*.cpp")
-    cuda_srcs = _glob(folders, "*.cu")
-    headers = _glob(folders, "*.h")
-    cuda_hdrs = _glob(folders, "*.cuh")
+    cpu_srcs = [registration] + _glob("*.cpp")
+    cuda_srcs = _glob("*.cu")
+    headers = _glob("*.h")
+    cuda_hdrs = _glob("*.cuh")
     native.filegroup(
         name = name + "_srcs",
         srcs = cpu_srcs + cuda_srcs + headers + cuda_hdrs,

@@ -37,7 +37,8 @@ SPECS: dict[str, OpSpec] = _discover()
 
 
 def register_all(register_fake) -> None:
-    """Register every op's fake (through ``register_fake``) and autograd formula.
+    """Register every op's fake (through ``register_fake``), its argument checks first (from
+    the spec's roles), and its autograd formula.
 
     ``register_fake`` is ``torch.library.register_fake`` called from the ``my_ops``
     module itself: torch only accepts a fake from the module that the library's
@@ -56,6 +57,6 @@ def register_all(register_fake) -> None:
 def _with_schema_defaults(spec: OpSpec):
     @functools.wraps(spec.fake)
     def fake(*args, **kwargs):
-        return spec.fake(*spec.bind(args, kwargs))
+        return spec.checked_fake(*spec.bind(args, kwargs))
 
     return fake

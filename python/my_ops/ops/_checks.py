@@ -16,7 +16,7 @@ def check_defined(op: str, name: str, t: torch.Tensor | None) -> None:
     torch._check(t is not None, lambda: f"{op}: expected {name} to be a defined tensor")
 
 
-def check_primary(op: str, x: torch.Tensor, last_dim_multiple: int = 1) -> None:
+def check_primary(op: str, x: torch.Tensor, last_dim_multiple: int = 1, min_dim: int = 1) -> None:
     check_defined(op, "x", x)
     torch._check(
         x.dtype in FLOATING_DTYPES,
@@ -28,6 +28,11 @@ def check_primary(op: str, x: torch.Tensor, last_dim_multiple: int = 1) -> None:
     torch._check(
         x.dim() >= 1, lambda: f"{op}: expected x to have at least 1 dimension, got a 0-d tensor"
     )
+    if min_dim > 1:
+        torch._check(
+            x.dim() >= min_dim,
+            lambda: f"{op}: expected x to have at least {min_dim} dimensions, got {x.dim()}",
+        )
     if last_dim_multiple > 1:
         torch._check(
             x.shape[-1] % last_dim_multiple == 0,

@@ -6,9 +6,10 @@ the fake and the formula from it, and every test suite, the benchmark and the ex
 tests read it: a new op with a ``SPEC`` is covered by all of them without touching them.
 
 The spec describes each argument by its *role* (the primary tensor, a tensor shaped like
-it, a vector over its last dimension, a non-negative float, a choice of strings). Roles
-are plain data: the tests derive valid samples, bad-argument cases and Hypothesis
-strategies from them with their own logic, so a test never reuses the checks it tests.
+it, a vector over its last dimension, a non-negative float, a choice of strings, ...; see
+:mod:`my_ops.ops._roles`). A role class holds the fake's check of its argument, so a fake
+holds only its output's shape, and, written separately, the tests' valid samples, bad
+values and Hypothesis strategies, so a test never reuses the checks it tests.
 """
 
 from __future__ import annotations
@@ -18,47 +19,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-# --- argument roles -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Primary:
-    """The tensor every other argument is checked against (``x``).
-
-    Any floating dtype (float32, float64, float16, bfloat16), at least one dimension, any
-    strides. ``last_dim_multiple``: the last dimension must be a multiple of it (2 for an
-    op that splits the last dimension in halves).
-    """
-
-    last_dim_multiple: int = 1
-
-
-@dataclass(frozen=True)
-class LikePrimary:
-    """A tensor with the primary's shape, dtype and device (a residual, a second operand)."""
-
-
-@dataclass(frozen=True)
-class LastDimVector:
-    """A 1-D tensor whose length is the primary's last dimension, with its dtype and device."""
-
-
-@dataclass(frozen=True)
-class NonNegativeFloat:
-    """A float that must be ``>= 0`` (NaN is refused). ``samples``: values the tests use."""
-
-    samples: tuple[float, ...] = (1e-6,)
-
-
-@dataclass(frozen=True)
-class Choice:
-    """A string that must be one of ``values``, spelled exactly."""
-
-    values: tuple[str, ...]
-
-
-Role = Primary | LikePrimary | LastDimVector | NonNegativeFloat | Choice
-
+from ._roles import (  # noqa: F401  (re-exported: the roles are named from here too)
+    Choice,
+    LastDimVector,
+    LikePrimary,
+    NonNegativeFloat,
+    Primary,
+    Role,
+)
 
 # --- tolerances -----------------------------------------------------------------------------
 
@@ -130,7 +98,9 @@ class OpSpec:
     """Everything the project knows about one op outside its C++ folder.
 
     ``name`` is the schema name (``torch.ops.my_ops.<name>``); ``arguments`` lists the
-    schema's arguments, in order, by role. ``reference`` takes the same arguments and
+    schema's arguments, in order, by role. ``fake`` takes the arguments after
+    :meth:`check_args` has accepted them and returns empty outputs of the right shapes.
+    ``reference`` takes the same arguments and
     computes in float64, returning the outputs in the input dtype; it must be built from
     ATen ops that are differentiable, so the tests also take gradients through it.
     ``eager`` is what a user writes without the op (the benchmark's baseline).
@@ -161,11 +131,30 @@ class OpSpec:
         return getattr(torch.ops.my_ops, self.name).default
 
     @property
-    def primary(self) -> Primary:
-        roles = [r for r in self.arguments.values() if isinstance(r, Primary)]
-        if len(roles) != 1:
+    def primary_name(self) -> str:
+        names = [n for n, r in self.arguments.items() if isinstance(r, Primary)]
+        if len(names) != 1:
             raise ValueError(f"{self.name}: an op spec has exactly one Primary argument")
-        return roles[0]
+        return names[0]
+
+    @property
+    def primary(self) -> Primary:
+        return self.arguments[self.primary_name]
+
+    def check_args(self, args: tuple) -> None:
+        """Refuse bad arguments (all of them, in schema order) as the kernels do: the
+        primary first, since every other check compares with it, then the rest in order."""
+        names = list(self.arguments)
+        x = args[names.index(self.primary_name)]
+        self.primary.check(self.name, self.primary_name, x, x)
+        for (name, role), value in zip(self.arguments.items(), args, strict=True):
+            if name != self.primary_name:
+                role.check(self.name, name, value, x)
+
+    def checked_fake(self, *args):
+        """The fake as torch calls it: the arguments checked, then the outputs' shapes."""
+        self.check_args(args)
+        return self.fake(*args)
 
     def schema_default(self, argument: str):
         """The default the schema in registration.cpp gives ``argument``."""
@@ -199,21 +188,19 @@ class OpSpec:
         device: str | torch.device,
         generator: torch.Generator | None = None,
     ) -> tuple:
-        """Contiguous random arguments for a primary of ``shape`` (its last dim scaled by
-        ``last_dim_multiple``), every choice and float at its first value."""
-        x_shape = (*shape[:-1], shape[-1] * self.primary.last_dim_multiple)
+        """Contiguous random arguments for a primary of ``shape`` (made valid for it by
+        ``Primary.shape_for``), every scalar at its first valid value."""
 
-        def randn(s):
+        def randn(s, layout="contiguous"):
             return torch.randn(s, generator=generator).to(device=device, dtype=dtype)
 
+        x = randn(self.primary.shape_for(tuple(shape)))
         args = []
-        for role in self.arguments.values():
-            if isinstance(role, Primary | LikePrimary):
-                args.append(randn(x_shape))
-            elif isinstance(role, LastDimVector):
-                args.append(randn(x_shape[-1:]))
-            elif isinstance(role, NonNegativeFloat):
-                args.append(role.samples[0])
+        for name, role in self.arguments.items():
+            if name == self.primary_name:
+                args.append(x)
+            elif role.is_tensor:
+                args.append(role.make(x, randn, "contiguous"))
             else:
-                args.append(role.values[0])
+                args.append(role.valid_values()[0])
         return tuple(args)

@@ -25,7 +25,6 @@ def identity_conv(x: torch.Tensor) -> torch.Tensor:
 
 
 def fake(x: torch.Tensor) -> torch.Tensor:
-    _checks.check_primary("identity_conv_op", x)
     return _checks.new_like(x)
 
 

@@ -1,0 +1,157 @@
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include "ops/common/launch.cuh"
+#include "ops/common/pack.cuh"
+#include "ops/rotary_embedding/rotary_embedding.h"
+
+namespace my_ops {
+namespace {
+
+// The rotation of one pair (a, b) by the angle whose cosine and sine are c and s, in acc_t: each
+// output is rounded to scalar_t once.
+template <typename scalar_t>
+__device__ __forceinline__ void rotate(scalar_t a_in, scalar_t b_in, scalar_t c_in, scalar_t s_in,
+                                       scalar_t& a_out, scalar_t& b_out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const acc_t a = static_cast<acc_t>(a_in);
+  const acc_t b = static_cast<acc_t>(b_in);
+  const acc_t c = static_cast<acc_t>(c_in);
+  const acc_t s = static_cast<acc_t>(s_in);
+  a_out = static_cast<scalar_t>(a * c - b * s);
+  b_out = static_cast<scalar_t>(b * c + a * s);
+}
+
+// Where pair `q` (of rows * half) lives: its row, its column among the row's pairs, and the offset
+// of its angle in the [seq, half] tables (rows run over [..., seq, heads]).
+struct PairIndex {
+  int64_t row;
+  int64_t col;
+  int64_t table;
+
+  __device__ __forceinline__ PairIndex(int64_t q, int64_t half, int64_t heads, int64_t seq) {
+    row = q / half;
+    col = q - row * half;
+    table = ((row / heads) % seq) * half + col;
+  }
+};
+
+// Half-split layout (NeoX/LLaMA): pair (col, col + half) of each row. kPackSize consecutive pairs
+// per thread, loaded as packs from both halves and from the tables. Requires half % kPackSize == 0
+// and pack-aligned pointers, so that a pack never straddles two rows or two table rows.
+template <typename scalar_t, int kPackSize>
+__global__ void __launch_bounds__(kThreads)
+    rotary_half_split_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ cos,
+                             const scalar_t* __restrict__ sin, scalar_t* __restrict__ out,
+                             int64_t num_packs, int64_t half, int64_t heads, int64_t seq) {
+  using PackT = Pack<scalar_t, kPackSize>;
+  for (int64_t p = global_thread_index(); p < num_packs; p += grid_stride()) {
+    const PairIndex idx(p * kPackSize, half, heads, seq);
+    const int64_t a_offset = idx.row * 2 * half + idx.col;
+    const PackT a = load_pack<kPackSize>(x + a_offset, /*aligned=*/true);
+    const PackT b = load_pack<kPackSize>(x + a_offset + half, /*aligned=*/true);
+    const PackT c = load_pack<kPackSize>(cos + idx.table, /*aligned=*/true);
+    const PackT s = load_pack<kPackSize>(sin + idx.table, /*aligned=*/true);
+    PackT out_a;
+    PackT out_b;
+#pragma unroll
+    for (int k = 0; k < kPackSize; ++k) {
+      rotate(a.values[k], b.values[k], c.values[k], s.values[k], out_a.values[k], out_b.values[k]);
+    }
+    store_pack<kPackSize>(out + a_offset, out_a, /*aligned=*/true);
+    store_pack<kPackSize>(out + a_offset + half, out_b, /*aligned=*/true);
+  }
+}
+
+// Interleaved layout (GPT-J): pair (2 col, 2 col + 1) of each row, read and written as one
+// two-element pack when x and out are aligned to two elements (a contiguous x at an even storage
+// offset), element by element otherwise.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads)
+    rotary_interleaved_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ cos,
+                              const scalar_t* __restrict__ sin, scalar_t* __restrict__ out,
+                              int64_t num_pairs, int64_t half, int64_t heads, int64_t seq,
+                              bool aligned) {
+  using PairT = Pack<scalar_t, 2>;
+  for (int64_t q = global_thread_index(); q < num_pairs; q += grid_stride()) {
+    const PairIndex idx(q, half, heads, seq);
+    const PairT in = load_pack<2>(x + 2 * q, aligned);
+    PairT result;
+    rotate(in.values[0], in.values[1], cos[idx.table], sin[idx.table], result.values[0],
+           result.values[1]);
+    store_pack<2>(out + 2 * q, result, aligned);
+  }
+}
+
+// Half-split layout, any head_dim and alignment: one pair per thread.
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads)
+    rotary_half_split_pair_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ cos,
+                                  const scalar_t* __restrict__ sin, scalar_t* __restrict__ out,
+                                  int64_t num_pairs, int64_t half, int64_t heads, int64_t seq) {
+  for (int64_t q = global_thread_index(); q < num_pairs; q += grid_stride()) {
+    const PairIndex idx(q, half, heads, seq);
+    const int64_t a_offset = idx.row * 2 * half + idx.col;
+    rotate(x[a_offset], x[a_offset + half], cos[idx.table], sin[idx.table], out[a_offset],
+           out[a_offset + half]);
+  }
+}
+
+template <typename scalar_t>
+void launch_rotary(const scalar_t* x, const scalar_t* cos, const scalar_t* sin, scalar_t* out,
+                   int64_t num_pairs, const RotaryShape& shape, bool interleaved,
+                   cudaStream_t stream) {
+  constexpr int kPackSize = kWidestPack<scalar_t>;
+  if (interleaved) {
+    const bool aligned = is_pack_aligned<scalar_t>(x, 2) && is_pack_aligned<scalar_t>(out, 2);
+    rotary_interleaved_kernel<scalar_t><<<num_blocks_for(num_pairs), kThreads, 0, stream>>>(
+        x, cos, sin, out, num_pairs, shape.half, shape.heads, shape.seq, aligned);
+  } else if (shape.half % kPackSize == 0 && is_pack_aligned<scalar_t>(x, kPackSize) &&
+             is_pack_aligned<scalar_t>(cos, kPackSize) &&
+             is_pack_aligned<scalar_t>(sin, kPackSize) &&
+             is_pack_aligned<scalar_t>(out, kPackSize)) {
+    const int64_t num_packs = num_pairs / kPackSize;
+    rotary_half_split_kernel<scalar_t, kPackSize>
+        <<<num_blocks_for(num_packs), kThreads, 0, stream>>>(x, cos, sin, out, num_packs,
+                                                             shape.half, shape.heads, shape.seq);
+  } else {
+    rotary_half_split_pair_kernel<scalar_t><<<num_blocks_for(num_pairs), kThreads, 0, stream>>>(
+        x, cos, sin, out, num_pairs, shape.half, shape.heads, shape.seq);
+  }
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+at::Tensor rotary_embedding_cuda(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                 bool interleaved) {
+  const RotaryShape shape = check_rotary_embedding_args(x, cos, sin);
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  const at::Tensor x_contig = x.contiguous();
+  const at::Tensor cos_contig = cos.contiguous();
+  const at::Tensor sin_contig = sin.contiguous();
+  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  const int64_t num_pairs = x.numel() / 2;
+  if (num_pairs == 0) {
+    return out;
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(),
+                                  "rotary_embedding_cuda", [&] {
+                                    launch_rotary<scalar_t>(x_contig.const_data_ptr<scalar_t>(),
+                                                            cos_contig.const_data_ptr<scalar_t>(),
+                                                            sin_contig.const_data_ptr<scalar_t>(),
+                                                            out.mutable_data_ptr<scalar_t>(),
+                                                            num_pairs, shape, interleaved, stream);
+                                  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(my_ops, CUDA, m) { m.impl("rotary_embedding", &rotary_embedding_cuda); }
+
+}  // namespace my_ops
