@@ -1,4 +1,4 @@
-"""Default model exported by ``deploy/export.py`` when ``--model`` is not given.
+"""The model ``//deploy:export`` exports when ``--model`` is not given.
 
 A small transformer-style block that exercises every piece of the op library: a
 gelu stem (``identity_conv``, ``fused_bias_gelu``), attention with rotary position

@@ -13,7 +13,7 @@ an argument that is actually wrong. A crash or hang fails the run (a hang after
 CI runs a fixed set of 100 examples per op and device. A longer run by hand, whose statistics
 count the valid calls, the rejections by argument and the known gaps:
 
-    tools/bazel test //python:test_fuzz_args --test_env=MY_OPS_FUZZ_EXAMPLES=5000 \
+    tools/bazel test //python:fuzz_args_test --test_env=MY_OPS_FUZZ_EXAMPLES=5000 \
         --test_timeout=3600 --test_output=all --test_arg=--hypothesis-show-statistics
 
 With ``--test_env=MY_OPS_FUZZ_SEED=N`` the run draws other examples than CI's, and with

@@ -68,26 +68,18 @@ def test_edge_values(spec, device):
                 assert torch.equal(o.isnan(), e.isnan()), (spec.name, "NaN unlike eager", args)
 
 
-# The schema defaults in ops/registration.cpp, written out: compared with the schema, so a
-# changed default fails here rather than agreeing with itself.
-SCHEMA_DEFAULTS = {
-    "fused_bias_gelu": {"approximate": "none"},
-    "rms_norm": {"eps": 1e-6},
-    "fused_add_rms_norm": {"eps": 1e-6},
-}
-
-
 @by_op()
 @pytest.mark.parametrize("device", DEVICES)
 def test_defaults_come_from_the_schema(spec, device):
-    # Omitting a trailing argument, through the wrapper or the raw op, means the default
-    # above: the same result as passing that value explicitly.
+    # The schema's defaults are the literals the op's SPEC states, and omitting a trailing
+    # argument, through the wrapper or the raw op, means that literal: the same result as
+    # passing it explicitly.
     schema = spec.op._schema
     defaults = {a.name: a.default_value for a in schema.arguments if a.has_default_value()}
-    assert defaults == SCHEMA_DEFAULTS.get(spec.name, {}), schema
+    assert defaults == dict(spec.defaults), schema
     if not defaults:
         pytest.skip(f"{spec.name}: its schema has no defaulted argument")
-    literals = SCHEMA_DEFAULTS[spec.name]
+    literals = spec.defaults
     names = [a.name for a in schema.arguments]
     args = make_args(spec, (3, 24), torch.float64, device)
     omitted = [n for i, n in enumerate(names) if all(m in literals for m in names[i:])]

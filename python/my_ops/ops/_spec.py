@@ -121,6 +121,9 @@ class OpSpec:
     # Refusals the roles do not imply (e.g. a check only this op makes).
     bad_cases: Callable[[str], list[BadCase]] = lambda device: []
     bench: Mapping[str, BenchTargets] = field(default_factory=dict)
+    # The schema's defaults as registration.cpp should give them, written out: the tests
+    # compare the two, so changing a default is a deliberate edit in both places.
+    defaults: Mapping[str, object] = field(default_factory=dict)
 
     @property
     def qualname(self) -> str:

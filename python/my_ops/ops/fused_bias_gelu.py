@@ -80,6 +80,7 @@ SPEC = OpSpec(
     fake=fake,
     reference=reference,
     eager=eager,
+    defaults={"approximate": "none"},
     arguments={"x": Primary(), "bias": LastDimVector(), "approximate": Choice(_APPROXIMATE)},
     autograd=Autograd(_backward, _setup_context),
     edge_samples=_edge_samples,

@@ -107,6 +107,7 @@ SPEC = OpSpec(
     fake=fake,
     reference=reference,
     eager=eager,
+    defaults={"eps": 1e-6},
     arguments={
         "x": Primary(),
         "weight": LastDimVector(),

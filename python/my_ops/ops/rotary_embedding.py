@@ -154,6 +154,7 @@ SPEC = OpSpec(
     fake=fake,
     reference=reference,
     eager=eager,
+    defaults={"interleaved": False},
     arguments={
         "x": Primary(last_dim_multiple=2, min_dim=3),
         "cos": PositionTable(),
