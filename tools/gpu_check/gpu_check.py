@@ -7,7 +7,8 @@ For a GPU machine with Python, torch, a CUDA toolkit and g++ but no Bazel and no
 network. A failed step stops only those that need its result (see README.md):
 
   build   libmy_ops.so from what torch_op_library compiles, and the C++ loader
-  tests   pytest python/tests on cuda (cpu with --cpu-only)
+  tests   pytest python/tests on cuda (cpu with --cpu-only); --tests PATH, a file
+          or folder relative to the repository, runs that instead
   export  python -m deploy.export, which checks its package with aoti_load_package
   loader  the C++ loader runs the package at batch 1 and 3, with --expect
   bench   ops/bench.py --json, against the targets it reports (GPU only)
@@ -52,7 +53,7 @@ from export_step import (  # noqa: E402
     step_export,
     step_loader,
 )
-from tests_step import plan_tests, step_tests  # noqa: E402
+from tests_step import DEFAULT_TESTS, plan_tests, step_tests  # noqa: E402
 
 STEP_FUNCS = {"build": step_build, "tests": step_tests, "export": step_export}
 STEP_FUNCS |= {"loader": step_loader, "bench": step_bench}
@@ -85,6 +86,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cpu-only", action="store_true", help="no GPU, no nvcc: every step on cpu")
     p.add_argument("--budget", type=float, default=450.0, metavar="SECONDS", help="default: 450")
     p.add_argument("--nvcc-arch", default="native", metavar="ARCH", help="default: native")
+    p.add_argument(
+        "--tests",
+        default=DEFAULT_TESTS,
+        metavar="PATH",
+        help=f"what the tests step runs (default: {DEFAULT_TESTS})",
+    )
     p.add_argument("--tests-subset", metavar="EXPR", help="only the tests pytest -k EXPR selects")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run none")
     args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""The tests step: python/tests under pytest, against the library just built."""
+"""The tests step: python/tests (or --tests PATH) under pytest, against the library just built."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import os
 import re
 import sys
 
-from check_run import Run, Step
+from check_run import ROOT, Run, Step
+
+DEFAULT_TESTS = "python/tests"
+# The suite's file whose tests need hypothesis itself, not the stub below.
+_PROPERTIES = "python/tests/test_properties.py"
 
 # Without hypothesis the suite runs against this stub of what testing_utils imports at
 # module level; the files that need more skip themselves or are left out.
@@ -27,6 +31,18 @@ def pytest_counts(text: str) -> dict[str, int]:
     return counts
 
 
+def _overlaps(a: str, b: str) -> bool:
+    """Whether one of two paths relative to the root holds the other (or they are one)."""
+    a, b = (os.path.normpath(p).split(os.sep) for p in (a, b))
+    a, b = ([] if p == ["."] else p for p in (a, b))
+    return a[: len(b)] == b or b[: len(a)] == a
+
+
+def _needs_stub(tests: str) -> bool:
+    """The stub stands in for hypothesis only where the run reaches into python/tests."""
+    return importlib.util.find_spec("hypothesis") is None and _overlaps(tests, DEFAULT_TESTS)
+
+
 def plan_tests(run: Run) -> tuple[list[str], dict[str, str], list[str]]:
     """pytest's command and environment, and what part of the suite it leaves out."""
     if importlib.util.find_spec("pytest") is None:
@@ -34,13 +50,20 @@ def plan_tests(run: Run) -> tuple[list[str], dict[str, str], list[str]]:
     # Named devices are a demand: the suite fails, rather than skips, where one is missing.
     device = "cpu" if run.args.cpu_only else "cuda"
     env = run.child_env() | {"MY_OPS_TEST_DEVICES": device}
-    cmd = [sys.executable, "-m", "pytest", "python/tests", "-q", "-p", "no:cacheprovider"]
+    tests = run.args.tests
+    # Checked here rather than left to pytest: a dry run would plan a step bound to fail.
+    if not (ROOT / tests).exists():
+        raise RuntimeError(f"--tests {tests}: no such file or folder in {ROOT}")
+    cmd = [sys.executable, "-m", "pytest", tests, "-q", "-p", "no:cacheprovider"]
     cmd.append("--durations=5")
     partial = []  # shown in the verdict, so that a PASS over part of the suite says so
-    if importlib.util.find_spec("hypothesis") is None:
+    if tests != DEFAULT_TESTS:
+        partial.append(f"only {tests}")
+    if _needs_stub(tests):
         env["PYTHONPATH"] += os.pathsep + str(run.work / "hypothesis_stub")
-        cmd.append("--ignore=python/tests/test_properties.py")
-        partial.append("hypothesis missing: its tests skipped")
+        if _overlaps(tests, _PROPERTIES):
+            cmd.append(f"--ignore={_PROPERTIES}")
+            partial.append("hypothesis missing: its tests skipped")
     if run.args.tests_subset:
         cmd += ["-k", run.args.tests_subset]
         partial.append("subset")
@@ -51,7 +74,7 @@ def step_tests(run: Run, step: Step) -> None:
     if importlib.util.find_spec("pytest") is None:
         return run.fail(step, "pytest not installed")
     cmd, env, partial = plan_tests(run)
-    if importlib.util.find_spec("hypothesis") is None:
+    if _needs_stub(run.args.tests):
         stub = run.work / "hypothesis_stub/hypothesis"
         stub.mkdir(parents=True, exist_ok=True)
         (stub / "__init__.py").write_text(_HYPOTHESIS_STUB)

@@ -1,7 +1,9 @@
-"""gpu_check: what it compiles against the Bazel target, its parsers, and a --cpu-only run.
+"""gpu_check without building anything: its parsers, the toolkit search, the cudart choice,
+the command line, and --dry-run's plan of a small fake checkout.
 
-The run is the script as the GPU machine runs it (a plain `python3 gpu_check.py`), on the
-source files in this test's runfiles, with the locked torch.
+The plan is checked on that fake checkout (a copy of the script beside the few files
+planning reads), not on the repository's tree, so that this test needs none of it: the
+run of the real tree is gpu_check_cpu_run_test's.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -16,21 +19,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-# Under Bazel, the runfiles copy: its ops/, python/ and deploy/ are the declared data, so
-# the script cannot reach past them into the checkout.
-_RUNFILES = os.environ.get("TEST_SRCDIR")
-if _RUNFILES:
-    SCRIPT = Path(_RUNFILES) / "_main/tools/gpu_check/gpu_check.py"
-else:
-    SCRIPT = Path(os.path.abspath(__file__)).parent / "gpu_check.py"
-ROOT = SCRIPT.parents[2]
-SCRATCH = Path(os.environ.get("TEST_TMPDIR") or "/tmp")
-# A small part of the suite (the //python:*_test targets run all of it).
-SUBSET = "test_class or test_opcheck"
+from script_under_test import SCRATCH, SCRIPT, run_script
 
 sys.path.insert(0, str(SCRIPT.parent))
-from build_step import cuda_toolkit_script  # noqa: E402
+from build_step import CUDA_TOOLKIT, cuda_toolkit_script  # noqa: E402
 
 sys.path.insert(0, str(cuda_toolkit_script().parent))
 import cuda_toolkit  # noqa: E402
@@ -44,21 +36,52 @@ from build_step import (  # noqa: E402
     wheel_cudarts,
 )
 from check_run import Run  # noqa: E402
+from tests_step import _overlaps  # noqa: E402
+
+# The fake checkout's kernel flags: each list has its own marker, so a plan that took the
+# wrong list, or none, shows.
+_FLAGS = """\"\"\"Flags of the fake checkout.\"\"\"
+
+TORCH_CPU_KERNEL_COPTS = ["-DFIXTURE_CPU_X86"]
+TORCH_CPU_KERNEL_COPTS_AARCH64 = ["-DFIXTURE_CPU_AARCH64"]
+TORCH_NVCC_COPTS = ["-DFIXTURE_NVCC"]
+TORCH_OP_LIBRARY_LINKOPTS = ["-Wl,--fixture-link"]
+"""
+_CPU_FLAG = "-DFIXTURE_CPU_AARCH64" if platform.machine() == "aarch64" else "-DFIXTURE_CPU_X86"
+# What planning reads, and files it must leave out (a loader test, headers it only includes).
+_CHECKOUT_FILES = [
+    "ops/registration.cpp",
+    "ops/a/cpu.cpp",
+    "ops/a/cuda.cu",
+    "ops/a/a.h",
+    "ops/b/cpu.cpp",
+    "ops/common/launch.cuh",
+    "deploy/loader/main.cpp",
+    "deploy/loader/runner.cpp",
+    "deploy/loader/runner.h",
+    "deploy/loader/tests/runner_test.cpp",
+    "python/tests/test_ops.py",
+    "checks/one_test.py",
+]
 
 
-def _bazel_srcs() -> list[str]:
-    # $(rootpaths //ops:my_ops_srcs): every file torch_op_library compiles or includes.
-    value = os.environ.get("BAZEL_OP_LIBRARY_SRCS")
-    if not value:
-        pytest.fail("BAZEL_OP_LIBRARY_SRCS is unset: run this test with tools/bazel test")
-    return sorted(value.split())
-
-
-def test_sources_are_the_bazel_targets():
-    found = find_sources(ROOT)
-    assert sorted(found["cpp"] + found["cu"] + found["hdr"]) == _bazel_srcs()
-    assert all(f.endswith(".cpp") for f in found["cpp"]) and found["cpp"]
-    assert all(f.endswith(".cu") for f in found["cu"])
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """A fake checkout, laid out as on the GPU machine: the script in tools/gpu_check/, the
+    toolkit search in third_party/ (not in runfiles), the kernel files all empty."""
+    root = tmp_path / "checkout"
+    for f in _CHECKOUT_FILES:
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        (root / f).write_text("")
+    (root / "tools/torch").mkdir(parents=True)
+    (root / "tools/torch/kernel_flags.bzl").write_text(_FLAGS)
+    (root / "tools/gpu_check").mkdir()
+    for f in SCRIPT.parent.glob("*.py"):
+        if not f.name.endswith("_test.py"):
+            shutil.copy(f, root / "tools/gpu_check" / f.name)
+    (root / CUDA_TOOLKIT).parent.mkdir(parents=True)
+    shutil.copy(cuda_toolkit_script(), root / CUDA_TOOLKIT)
+    return root
 
 
 def test_sources_include_every_folder_with_kernel_files(tmp_path):
@@ -70,17 +93,6 @@ def test_sources_include_every_folder_with_kernel_files(tmp_path):
         "cu": ["ops/a/cuda.cu"],
         "hdr": ["ops/b/b.cuh"],
     }
-
-
-def test_flags_come_from_the_bzl_file_the_macro_loads():
-    flags = bzl_lists(ROOT / "tools/torch/kernel_flags.bzl")
-    assert sorted(flags) == [
-        "TORCH_CPU_KERNEL_COPTS",
-        "TORCH_CPU_KERNEL_COPTS_AARCH64",
-        "TORCH_NVCC_COPTS",
-        "TORCH_OP_LIBRARY_LINKOPTS",
-    ]
-    assert "-DCPU_CAPABILITY=AVX2" in flags["TORCH_CPU_KERNEL_COPTS"]
 
 
 @pytest.mark.parametrize(
@@ -245,18 +257,6 @@ def test_the_toolkit_found_is_every_childs_cuda_home(tmp_path, monkeypatch):
     assert facts["cudart"]["path"] == str(cudart.path)
 
 
-def _run(*args: str, timeout: float = 60, **env_vars: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p), **env_vars)
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=SCRATCH,
-        timeout=timeout,
-    )
-
-
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -267,7 +267,7 @@ def _run(*args: str, timeout: float = 60, **env_vars: str) -> subprocess.Complet
     ],
 )
 def test_bad_usage_exits_2_with_one_line(args, message):
-    proc = _run(*args)
+    proc = run_script(*args)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert message in proc.stderr
     assert proc.stderr.startswith("gpu_check: error: ") and proc.stderr.count("\n") == 1
@@ -277,26 +277,53 @@ def test_bad_usage_exits_2_with_one_line(args, message):
 def test_out_dir_that_is_a_file_is_bad_usage():
     path = SCRATCH / "a_file"
     path.write_text("")
-    proc = _run(str(path), "--cpu-only")
+    proc = run_script(str(path), "--cpu-only")
     assert proc.returncode == 2
     assert "is not a folder" in proc.stderr
 
 
-def test_help_documents_steps_outputs_and_exit_status():
-    proc = _run("--help")
+def test_help_documents_steps_outputs_options_and_exit_status():
+    proc = run_script("--help")
     assert proc.returncode == 0, proc.stderr
     for word in ("build", "tests", "export", "loader", "bench", "--cpu-only", "--tests-subset"):
         assert word in proc.stdout
+    assert re.search(
+        r"\n  --tests PATH +what the tests step runs \(default: python/tests\)\n", proc.stdout
+    )
     assert "verdict.txt" in proc.stdout and "summary.json" in proc.stdout
     assert "0 PASS, 1 FAIL, 2 bad usage" in proc.stdout
 
 
-def _dry_run(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, Path]:
-    """The script's --dry-run with its work folder under a fresh tmp_path/tmp."""
+@pytest.mark.parametrize(
+    ("a", "b", "overlap"),
+    [
+        ("python/tests", "python/tests/test_properties.py", True),
+        ("python/tests/", "python/tests", True),
+        (".", "python/tests", True),
+        ("python", "python/tests", True),
+        ("python/tests/test_class.py", "python/tests/test_properties.py", False),
+        ("python/tests_more", "python/tests", False),
+        ("tools/gpu_check/testdata/fixture_test.py", "python/tests", False),
+    ],
+)
+def test_whether_the_tests_path_reaches_into_the_suite(a, b, overlap):
+    # It decides whether the hypothesis stub and test_properties.py's --ignore apply.
+    assert _overlaps(a, b) is overlap and _overlaps(b, a) is overlap
+
+
+def _dry_run(
+    tmp_path: Path, checkout: Path, *args: str, **env: str
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """--dry-run of the fake checkout's copy of the script, its work folder under a fresh
+    tmp_path/tmp."""
     (tmp_path / "tmp").mkdir()
     env.setdefault("CUDA_PATH", "")
+    # Unset, the script takes the toolkit search from the checkout's third_party/.
+    env["GPU_CHECK_CUDA_TOOLKIT_PY"] = ""
     out = tmp_path / "out"
-    proc = _run(str(out), "--dry-run", *args, TEST_TMPDIR=str(tmp_path / "tmp"), **env)
+    script = checkout / "tools/gpu_check/gpu_check.py"
+    tmp = str(tmp_path / "tmp")
+    proc = run_script(str(out), "--dry-run", *args, script=script, TEST_TMPDIR=tmp, **env)
     print(proc.stdout, proc.stderr, sep="\n")
     # Nothing written: no OUT_DIR, and the work folder is gone.
     assert not out.exists() and not any((tmp_path / "tmp").iterdir())
@@ -314,25 +341,40 @@ def _commands(stdout: str) -> dict[str, list[str]]:
     return steps
 
 
-def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path):
+def _compiled(commands: list[str], root: Path) -> list[str]:
+    """The sources under root that the commands compile (-c), relative to it."""
+    return sorted(m.group(1) for c in commands for m in [re.search(rf" -c {root}/(\S+) ", c)] if m)
+
+
+def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path, checkout):
     log = tmp_path / "nvcc_calls"
     home = _toolkit(tmp_path / "cuda", "13.2", cudart="libcudart.so.13", log=log)
-    proc, _ = _dry_run(tmp_path, CUDA_HOME=str(home))
+    proc, _ = _dry_run(tmp_path, checkout, CUDA_HOME=str(home))
     assert proc.returncode == 0, proc.stderr
+    assert f", repo {checkout}, work " in proc.stdout
     steps = _commands(proc.stdout)
     assert list(steps) == ["build", "tests", "export", "loader", "bench"]
     # Every command, compiles included, runs with the toolkit as $CUDA_HOME.
     for cmd in sum(steps.values(), []):
         assert cmd.startswith(f"CUDA_HOME={home} "), cmd
     nvcc = [c for c in steps["build"] if f" {home}/bin/nvcc " in f" {c}"]
-    cu = sorted(f for f in _bazel_srcs() if f.endswith(".cu"))
-    assert sorted(re.search(rf" -c {ROOT}/(\S+) ", c).group(1) for c in nvcc) == cu
-    cpp = [f for f in _bazel_srcs() if f.endswith(".cpp")]
-    assert sum(bool(re.search(r" -c \S+\.cpp -o ", c)) for c in steps["build"]) == len(cpp)
+    assert _compiled(nvcc, checkout) == ["ops/a/cuda.cu"]
+    assert all(" -DFIXTURE_NVCC " in c and _CPU_FLAG not in c for c in nvcc)
+    gxx = [c for c in steps["build"] if c not in nvcc and " -c " in c]
+    assert _compiled(gxx, checkout) == ["ops/a/cpu.cpp", "ops/b/cpu.cpp", "ops/registration.cpp"]
+    assert all(f" {_CPU_FLAG} " in c and "-DFIXTURE_NVCC" not in c for c in gxx)
     link = [c for c in steps["build"] if " -shared " in c]
     assert len(link) == 1 and link[0].endswith(" -l:libcudart.so.13")
-    assert any("deploy/loader/main.cpp" in c for c in steps["build"])
-    assert "MY_OPS_TEST_DEVICES=cuda " in steps["tests"][0] and " -m pytest " in steps["tests"][0]
+    assert " -Wl,--fixture-link " in link[0] and link[0].count(".o ") == 4
+    loader = [c for c in steps["build"] if re.search(r" -o \S+/loader ", c)]
+    assert len(loader) == 1, steps["build"]
+    sources = re.findall(rf" {checkout}/(\S+\.cpp)\b", loader[0])
+    assert sources == ["deploy/loader/main.cpp", "deploy/loader/runner.cpp"]
+    contract = [c for c in steps["build"] if "package_contract.py" in c]
+    assert len(contract) == 1 and contract[0].endswith("/gen/deploy/loader/package_contract.h")
+    tests = steps["tests"]
+    assert len(tests) == 1 and "MY_OPS_TEST_DEVICES=cuda " in tests[0]
+    assert " -m pytest python/tests -q " in tests[0]
     assert " -m deploy.export --device cuda " in steps["export"][0]
     # The GPU compile itself is under test: no package from an earlier export's cache.
     assert steps["export"][0].rstrip().endswith(" --no-cache")
@@ -343,15 +385,18 @@ def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path):
     assert " --cols 4100 --dtype bfloat16 " in bench[1] and " --offset 1 " in bench[2]
     assert f"toolkit: CUDA 13.2 at {home} (found: $CUDA_HOME)" in proc.stdout
     assert "WARNING" not in proc.stdout
-    assert proc.stdout.splitlines()[-1].startswith("gpu_check: DRY RUN ")
+    assert proc.stdout.splitlines()[-1] == (
+        f"gpu_check: DRY RUN {sum(map(len, steps.values()))} commands planned, none run "
+        f"(CUDA_HOME={home})"
+    )
     # nvcc was only asked its version: nothing compiled.
     assert log.read_text().splitlines() == ["--version"]
 
 
-def test_dry_run_warns_once_and_links_the_toolkits_cudart_when_nvcc_is_newer(tmp_path):
+def test_dry_run_warns_once_and_links_the_toolkits_cudart_when_nvcc_is_newer(tmp_path, checkout):
     # The locked torch's wheel has libcudart.so.13; this nvcc's objects would need 14's.
     home = _toolkit(tmp_path / "cuda", "14.0", cudart="libcudart.so.14")
-    proc, _ = _dry_run(tmp_path, CUDA_HOME=str(home))
+    proc, _ = _dry_run(tmp_path, checkout, CUDA_HOME=str(home))
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     warnings = [i for i, line in enumerate(lines) if "WARNING" in line]
@@ -361,59 +406,57 @@ def test_dry_run_warns_once_and_links_the_toolkits_cudart_when_nvcc_is_newer(tmp
     assert link.endswith(f" -L{home}/lib64 -Wl,-rpath,{home}/lib64 -l:libcudart.so.14")
 
 
-def test_dry_run_without_a_toolkit_fails_with_one_line(tmp_path):
+def _no_toolkit(tmp_path: Path) -> dict[str, str]:
     empty = tmp_path / "bin"
     empty.mkdir()
     cxx = shutil.which("g++")
     assert cxx, "the test needs g++"
     env = {"PATH": str(empty), "CXX": cxx, "CUDA_HOME": ""}
     env["GPU_CHECK_DEFAULT_CUDA_ROOT"] = str(tmp_path / "no_cuda")
-    proc, _ = _dry_run(tmp_path, **env)
+    return env
+
+
+def test_dry_run_without_a_toolkit_fails_with_one_line(tmp_path, checkout):
+    env = _no_toolkit(tmp_path)
+    proc, _ = _dry_run(tmp_path, checkout, **env)
     assert proc.returncode == 1
     assert proc.stderr.startswith("gpu_check: dry run: cannot plan build: no CUDA toolkit")
     assert proc.stderr.count("\n") == 1 and "--cpu-only" in proc.stderr
     assert "DRY RUN" not in proc.stdout
     # With --cpu-only it needs none.
     (tmp_path / "tmp").rmdir()
-    proc, _ = _dry_run(tmp_path, "--cpu-only", **env)
+    proc, _ = _dry_run(tmp_path, checkout, "--cpu-only", **env)
     assert proc.returncode == 0, proc.stderr
     steps = _commands(proc.stdout)
     assert not any("nvcc" in c for c in sum(steps.values(), []))
+    assert _compiled(steps["build"], checkout) == [
+        "ops/a/cpu.cpp",
+        "ops/b/cpu.cpp",
+        "ops/registration.cpp",
+    ]
+    link = [c for c in steps["build"] if " -shared " in c][0]
+    assert "cudart" not in link and link.count(".o ") == 3
+    assert "MY_OPS_TEST_DEVICES=cpu " in steps["tests"][0]
     assert len(steps["bench"]) == 1 and " --device cpu " in steps["bench"][0]
 
 
-def test_cpu_only_run_passes_every_step():
-    # Kept by Bazel (test.outputs/outputs.zip), for a look at the logs after a failure.
-    out = Path(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR") or SCRATCH) / "gpu_check"
-    # The budget leaves room for a loaded 2-core machine; a GPU run has 450 s by default.
-    proc = _run(str(out), "--cpu-only", "--tests-subset", SUBSET, "--budget", "780", timeout=870)
-    print(proc.stdout, proc.stderr, sep="\n")
-    verdict = proc.stdout.strip().splitlines()[-1]
-    assert proc.returncode == 0, verdict
-    # Built from the declared data, not from the checkout behind the runfiles.
-    assert f"repo {ROOT}," in proc.stdout
-    assert re.match(
-        r"gpu_check: PASS build=ok tests=[1-9]\d* passed/0 failed.* \(subset\) export=ok "
-        r"aoti_parity=ok loader_parity=ok bench=([\w.]+ [\d.]+ )+of copy "
-        r"\(cpu, targets not checked\)",
-        verdict,
-    ), verdict
-    assert (out / "verdict.txt").read_text().strip() == verdict
-    assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["verdict.txt", "summary.json", "build.log", "tests.log"]
-        + ["export.log", "loader.log", "bench.txt"]
+def test_dry_run_runs_the_tests_named_by_tests(tmp_path, checkout):
+    env = _no_toolkit(tmp_path)
+    proc, _ = _dry_run(tmp_path, checkout, "--cpu-only", "--tests", "checks/one_test.py", **env)
+    assert proc.returncode == 0, proc.stderr
+    (tests,) = _commands(proc.stdout)["tests"]
+    assert " -m pytest checks/one_test.py -q " in tests and "python/tests" not in tests
+
+
+def test_dry_run_with_tests_that_do_not_exist_fails_with_one_line(tmp_path, checkout):
+    env = _no_toolkit(tmp_path)
+    proc, _ = _dry_run(tmp_path, checkout, "--cpu-only", "--tests", "checks/none", **env)
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        f"gpu_check: dry run: cannot plan tests: --tests checks/none: no such file or folder "
+        f"in {checkout}\n"
     )
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["verdict"] == "PASS"
-    assert {name: s["status"] for name, s in summary["steps"].items()} == dict.fromkeys(
-        ("build", "tests", "export", "loader", "bench"), "ok"
-    )
-    # Each C++ source of the Bazel target was compiled, and no nvcc ran.
-    compiled = sorted(summary["steps"]["build"]["facts"]["compile_s"])
-    assert compiled == [f for f in _bazel_srcs() if f.endswith(".cpp")]
-    assert not re.search(r"^\$ (\S+=\S* )*\S*nvcc ", (out / "build.log").read_text(), re.MULTILINE)
-    assert summary["steps"]["tests"]["facts"]["partial"] == ["subset"]
-    assert summary["steps"]["bench"]["facts"]["rows"]
+    assert "DRY RUN" not in proc.stdout
 
 
 if __name__ == "__main__":
