@@ -38,8 +38,7 @@ def cuda_toolkit_script() -> Path:
 def find_sources(root: Path = ROOT) -> dict[str, list[str]]:
     """What torch_op_library compiles: ops/registration.cpp and every folder's kernel files.
 
-    The macro refuses a folder of ops/ with such files that its `ops` list lacks, so every
-    folder here is its list (the test compares the two).
+    The macro globs the same patterns (a test compares the two lists).
     """
     found = {k: sorted({str(f.relative_to(root)) for p in pats for f in root.glob("ops/*/" + p)})
              for k, pats in KINDS.items()}  # fmt: skip
