@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -180,6 +181,17 @@ def default_package() -> Path:
     # The folder Bazel wrote (the files' real paths, all outputs of one rule), not the
     # runfiles links to it: the loader opens nothing through a symbolic link.
     return Path(os.path.realpath(model[0])).parent
+
+
+@pytest.fixture
+def pkg(default_package: Path, ops_library: str, tmp_path: Path) -> Path:
+    """A writable copy of //deploy:default_package with the op library beside it."""
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    for name in load_contract().export_files:
+        shutil.copyfile(default_package / name, folder / name)
+    shutil.copyfile(ops_library, folder / "libmy_ops.so")
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -26,17 +26,6 @@ from conftest import LOADER_EXIT, child_env, loader_error_lines
 TIMEOUT_S = 120
 
 
-@pytest.fixture
-def pkg(default_package: Path, ops_library: str, tmp_path: Path) -> Path:
-    """A writable copy of //deploy:default_package with the op library beside it."""
-    folder = tmp_path / "pkg"
-    folder.mkdir()
-    for name in ("model.pt2", "manifest.json", "sample_input.pt", "expected_output.pt"):
-        shutil.copyfile(default_package / name, folder / name)
-    shutil.copyfile(ops_library, folder / "libmy_ops.so")
-    return folder
-
-
 def _argv(pkg: Path, out: Path, **files: Path | str) -> list[str]:
     paths = {
         "ops": pkg / "libmy_ops.so",

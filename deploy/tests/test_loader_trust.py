@@ -36,17 +36,6 @@ def _test_file(env_name: str) -> Path:
     return Path(os.path.realpath(absolute_from_env(value)))
 
 
-@pytest.fixture
-def pkg(default_package: Path, ops_library: str, tmp_path: Path) -> Path:
-    """A writable copy of //deploy:default_package with the op library beside it."""
-    folder = tmp_path / "pkg"
-    folder.mkdir()
-    for name in ("model.pt2", "manifest.json", "sample_input.pt", "expected_output.pt"):
-        shutil.copyfile(default_package / name, folder / name)
-    shutil.copyfile(ops_library, folder / "libmy_ops.so")
-    return folder
-
-
 def _argv(pkg: Path, out: Path, ops: str | None = None) -> list[str]:
     return [
         "--ops", ops or str(pkg / "libmy_ops.so"),
