@@ -34,6 +34,22 @@ _NEEDS = {
         env = {"MY_OPS_DEFAULT_PACKAGE": "$(rootpaths //deploy:default_package)"},
         deps = [],
     ),
+    # //deploy:signed_package (the default model, --max-batch 8, signed with
+    # the test key pair in tests/testdata) and that key pair: the tests of
+    # signatures, batch limits and the manifest share this one build-time
+    # export instead of exporting the model in each test run.
+    "signed_package": struct(
+        data = [
+            "//deploy:signed_package",
+            "tests/testdata/public_key.pem",
+            "tests/testdata/signing_key.pem",
+        ],
+        env = {
+            "MY_OPS_SIGNED_PACKAGE": "$(rootpaths //deploy:signed_package)",
+            "MY_OPS_TEST_PUBLIC_KEY": "$(rootpath tests/testdata/public_key.pem)",
+        },
+        deps = [],
+    ),
     # The exporter, which the tests import or run as python -m deploy.export.
     "exporter": struct(
         data = [],
@@ -85,13 +101,15 @@ def deploy_pytest(
       needs: what it uses, each adding its data, environment and deps:
         "loader" (the C++ loader, libmy_ops.so and LibTorch: MY_OPS_LOADER,
         MY_OPS_LIBRARY, LIBTORCH_LIB), "package" (//deploy:default_package:
-        MY_OPS_DEFAULT_PACKAGE; implies "loader"), "exporter" (the deploy.export package) and
+        MY_OPS_DEFAULT_PACKAGE; implies "loader"), "signed_package"
+        (//deploy:signed_package and its test key pair: MY_OPS_SIGNED_PACKAGE,
+        MY_OPS_TEST_PUBLIC_KEY; implies "loader"), "exporter" (the deploy.export package) and
         "aarch64" (qemu, the arm64 sysroot, aarch64 LibTorch, loader, op
         library and toolchain: AARCH64_*).
       size: the test size.
       helpers: other modules of tests/ that the file imports.
       data: data besides what `needs` adds.
-      env: environment besides what `needs` adds.
+      env: environment besides what `needs` adds (a dict or a select() of dicts).
       deps: deps besides what `needs` adds.
       **kwargs: args, shard_count, tags, ... as for pytest_test.
     """
@@ -102,13 +120,15 @@ def deploy_pytest(
                 need,
                 sorted(_NEEDS),
             ))
-    if "package" in needs and "loader" not in needs:
+    if ("package" in needs or "signed_package" in needs) and "loader" not in needs:
         needs = needs + ["loader"]
     chosen = [_NEEDS[n] for n in needs]
     all_env = {}
     for n in chosen:
         all_env.update(n.env)
-    all_env.update(env)
+
+    # `env` may be a select(), which a dict can be or-ed with but not updated from.
+    all_env = all_env | env
     pytest_test(
         name = name,
         size = size,

@@ -16,7 +16,6 @@ Relative paths are taken from the runfiles root, as $(rootpath ...) gives them.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -169,18 +168,23 @@ def loader_error_lines(stderr: str) -> list[str]:
     return [line for line in error_lines(stderr) if not line.startswith(NO_VERIFY_WARNING)]
 
 
-@pytest.fixture(scope="session")
-def default_package() -> Path:
-    """The folder of //deploy:default_package (exported at build time)."""
-    value = os.environ.get("MY_OPS_DEFAULT_PACKAGE")
+def _package_folder(variable: str, target: str) -> Path:
+    """The folder of an export_package target whose files `variable` lists ($(rootpaths))."""
+    value = os.environ.get(variable)
     if not value:
-        pytest.fail("MY_OPS_DEFAULT_PACKAGE must list the files of //deploy:default_package")
+        pytest.fail(f"{variable} must list the files of {target}")
     model = [absolute_from_env(v) for v in value.split() if v.endswith("model.pt2")]
     if len(model) != 1 or not os.path.isfile(model[0]):
-        pytest.fail(f"MY_OPS_DEFAULT_PACKAGE={value} names no model.pt2")
+        pytest.fail(f"{variable}={value} names no model.pt2")
     # The folder Bazel wrote (the files' real paths, all outputs of one rule), not the
     # runfiles links to it: the loader opens nothing through a symbolic link.
     return Path(os.path.realpath(model[0])).parent
+
+
+@pytest.fixture(scope="session")
+def default_package() -> Path:
+    """The folder of //deploy:default_package (exported at build time)."""
+    return _package_folder("MY_OPS_DEFAULT_PACKAGE", "//deploy:default_package")
 
 
 @pytest.fixture
@@ -195,30 +199,21 @@ def pkg(default_package: Path, ops_library: str, tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def signing_keys(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh Ed25519 key pair from export --generate-key."""
-    base = tmp_path_factory.mktemp("keys")
-    proc = run_export(["--generate-key", str(base / "keys")], base / "tmp")
-    assert proc.returncode == 0, proc.stderr
-    return base / "keys"
+def signing_keys() -> Path:
+    """The folder of the test key pair (signing_key.pem, public_key.pem) that signed `exported`."""
+    value = os.environ.get("MY_OPS_TEST_PUBLIC_KEY")
+    if not value:
+        pytest.fail("MY_OPS_TEST_PUBLIC_KEY must name deploy/tests/testdata/public_key.pem")
+    # The real folder: the loader opens no key through a symbolic link.
+    return Path(os.path.realpath(absolute_from_env(value))).parent
 
 
 @pytest.fixture(scope="session")
-def exported(tmp_path_factory: pytest.TempPathFactory, signing_keys: Path) -> Path:
-    """One signed export of the default model (about a minute on 2 cores)."""
-    base = tmp_path_factory.mktemp("export")
-    out = base / "out"
-    proc = run_export(
-        ["--out", str(out), "--max-batch", str(MAX_BATCH),
-         "--signing-key", str(signing_keys / "signing_key.pem")],
-        base / "tmp",
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    # The compile line says what the cache did: this test's cache starts empty.
-    for stage, note in (("export", ""), ("compile", ", cache miss"), ("verify", "")):
-        assert re.search(rf"^{stage} *\.\.\. \d+\.\ds{note}$", proc.stdout, re.M), proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == str(out)
-    # Nothing but the output folder may remain: no staging or Inductor folders.
-    assert sorted(os.listdir(base)) == ["out", "tmp"]
-    assert os.listdir(base / "tmp") == []
-    return out
+def exported() -> Path:
+    """//deploy:signed_package: the default model, --max-batch MAX_BATCH, signed with
+    `signing_keys`; exported once at build time. Read-only: copy it to change it.
+
+    A signed export run by the CLI itself, its printed stages and what it leaves
+    behind, are checked in test_export_cache_e2e.py.
+    """
+    return _package_folder("MY_OPS_SIGNED_PACKAGE", "//deploy:signed_package")

@@ -1,5 +1,10 @@
 """The compile cache through real exports: two at once, a hit, and a changed op library.
 
+It is also where a whole export run of the CLI is checked: the files a signed
+export writes, the stages it prints and the folders it leaves (none). The other
+tests share //deploy:signed_package and //deploy:default_package instead of
+exporting.
+
 One test, in order, because each step needs the cache the previous one left
 (three compiles of the default model, two of them concurrent: a few minutes
 on 2 cores). Whether a compiler ran is read from the compiler wrapper's log
@@ -11,11 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import child_env, export_command
+from conftest import absolute_from_env, child_env, export_command
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+from deploy.contract.package_contract import load as load_contract
 
 
 def _sha256(path: Path) -> str:
@@ -57,13 +66,36 @@ def test_cache_is_shared_safely_and_keyed_on_the_op_library(tmp_path: Path, ops_
     # Two exports at once into an empty cache: both compile, both succeed, and
     # the cache holds one whole entry. The first profiles its compile, which
     # takes the wrapper's log for itself.
+    signing_key = Path(os.path.realpath(absolute_from_env(os.environ["MY_OPS_TEST_SIGNING_KEY"])))
     first = [
         _export(tmp_path / "out0", cache, tmp_path / "tmp0", "--profile-compile"),
-        _export(tmp_path / "out1", cache, tmp_path / "tmp1", MY_OPS_COMPILE_LOG=str(logs[1])),
+        _export(
+            tmp_path / "out1",
+            cache,
+            tmp_path / "tmp1",
+            "--signing-key",
+            str(signing_key),
+            MY_OPS_COMPILE_LOG=str(logs[1]),
+        ),
     ]
     outputs = [_finish(p) for p in first]
     for out in outputs:
         assert _compile_line(out).endswith("cache miss"), out
+    # A whole run: its stages, its last line the output folder, its files, and
+    # nothing left in its temporary folder (no staging or Inductor folders).
+    for stage, note in (("export", ""), ("compile", ", cache miss"), ("verify", "")):
+        assert re.search(rf"^{stage} *\.\.\. \d+\.\ds{note}$", outputs[1], re.M), outputs[1]
+    assert outputs[1].strip().splitlines()[-1] == str(tmp_path / "out1")
+    contract = load_contract()
+    assert sorted(os.listdir(tmp_path / "out1")) == sorted([*contract.export_files, "manifest.sig"])
+    assert sorted(os.listdir(tmp_path / "out0")) == sorted(contract.export_files)
+    assert os.listdir(tmp_path / "tmp1") == []
+    public_key = load_pem_public_key((signing_key.parent / "public_key.pem").read_bytes())
+    # Raises InvalidSignature unless manifest.sig signs manifest.json's bytes.
+    public_key.verify(
+        (tmp_path / "out1" / "manifest.sig").read_bytes(),
+        (tmp_path / "out1" / "manifest.json").read_bytes(),
+    )
     assert any(".wrapper.cpp" in run for run in _compiler_runs(logs[1]))
     profile = outputs[0][outputs[0].index("compile profile") :].splitlines()
     steps = {line.split()[0]: line.split()[1:] for line in profile[1:] if line.startswith("  ")}

@@ -5,8 +5,10 @@ loader on it with //deploy:default_package. Whatever the file, the loader
 must end with exit 0 and an output, or with a documented error code, one
 `loader: error:` line and no output: never a signal, never a hang.
 
-CI runs a fixed budget, derandomized and without an example database, so
-runs are repeatable. A longer, randomized run by hand:
+`bazel test` runs a fixed budget per case (MY_OPS_FUZZ_BUDGET, set in
+deploy/BUILD.bazel: 40 examples under --config=asan, where every read is
+checked, 15 in the plain build), derandomized and without an example
+database, so runs are repeatable. A longer, randomized run by hand:
 
     tools/bazel test //deploy:loader_fuzz_test --test_env=MY_OPS_FUZZ_EXAMPLES=2000 \\
         --test_timeout=7200 --test_output=streamed
@@ -31,7 +33,7 @@ from conftest import LOADER_EXIT, child_env, error_lines
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-EXAMPLES = int(os.environ.get("MY_OPS_FUZZ_EXAMPLES", "40"))
+EXAMPLES = int(os.environ.get("MY_OPS_FUZZ_EXAMPLES") or os.environ.get("MY_OPS_FUZZ_BUDGET", "40"))
 FUZZ = settings(
     max_examples=EXAMPLES,
     deadline=None,
