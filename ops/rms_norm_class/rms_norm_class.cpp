@@ -1,6 +1,6 @@
 #include "ops/rms_norm_class/rms_norm_class.h"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <tuple>
