@@ -90,6 +90,8 @@ def test_cache_is_shared_safely_and_keyed_on_the_op_library(tmp_path: Path, ops_
     assert sorted(os.listdir(tmp_path / "out1")) == sorted([*contract.export_files, "manifest.sig"])
     assert sorted(os.listdir(tmp_path / "out0")) == sorted(contract.export_files)
     assert os.listdir(tmp_path / "tmp1") == []
+    # Nor anything beside the output folders: no staging folder.
+    assert sorted(os.listdir(tmp_path)) == ["cache", "compile1.log", "out0", "out1", "tmp0", "tmp1"]
     public_key = load_pem_public_key((signing_key.parent / "public_key.pem").read_bytes())
     # Raises InvalidSignature unless manifest.sig signs manifest.json's bytes.
     public_key.verify(
