@@ -21,7 +21,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import absolute_from_env, child_env, export_command
+from conftest import child_env, export_command
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from deploy.contract.package_contract import load as load_contract
@@ -59,14 +59,16 @@ def _compiler_runs(log: Path) -> list[str]:
     return [r for r in runs if " -c " in f" {r} " or " -shared " in f" {r} "]
 
 
-def test_cache_is_shared_safely_and_keyed_on_the_op_library(tmp_path: Path, ops_library: str):
+def test_cache_is_shared_safely_and_keyed_on_the_op_library(
+    tmp_path: Path, ops_library: str, signing_keys: Path
+):
     cache = tmp_path / "cache"
     logs = {i: tmp_path / f"compile{i}.log" for i in (1, 2, 3)}
 
     # Two exports at once into an empty cache: both compile, both succeed, and
     # the cache holds one whole entry. The first profiles its compile, which
     # takes the wrapper's log for itself.
-    signing_key = Path(os.path.realpath(absolute_from_env(os.environ["MY_OPS_TEST_SIGNING_KEY"])))
+    signing_key = signing_keys / "signing_key.pem"
     first = [
         _export(tmp_path / "out0", cache, tmp_path / "tmp0", "--profile-compile"),
         _export(
@@ -92,7 +94,7 @@ def test_cache_is_shared_safely_and_keyed_on_the_op_library(tmp_path: Path, ops_
     assert os.listdir(tmp_path / "tmp1") == []
     # Nor anything beside the output folders: no staging folder.
     assert sorted(os.listdir(tmp_path)) == ["cache", "compile1.log", "out0", "out1", "tmp0", "tmp1"]
-    public_key = load_pem_public_key((signing_key.parent / "public_key.pem").read_bytes())
+    public_key = load_pem_public_key((signing_keys / "public_key.pem").read_bytes())
     # Raises InvalidSignature unless manifest.sig signs manifest.json's bytes.
     public_key.verify(
         (tmp_path / "out1" / "manifest.sig").read_bytes(),

@@ -5,9 +5,9 @@ loader on it with //deploy:default_package. Whatever the file, the loader
 must end with exit 0 and an output, or with a documented error code, one
 `loader: error:` line and no output: never a signal, never a hang.
 
-`bazel test` runs a fixed budget per case (MY_OPS_FUZZ_BUDGET, set in
-deploy/BUILD.bazel: 40 examples under --config=asan, where every read is
-checked, 15 in the plain build), derandomized and without an example
+`bazel test` runs a fixed budget per case (MY_OPS_FUZZ_BUDGET, set per build
+in deploy/BUILD.bazel: the full budget under --config=asan, where every read is
+checked, a smoke run in the plain build), derandomized and without an example
 database, so runs are repeatable. A longer, randomized run by hand:
 
     tools/bazel test //deploy:loader_fuzz_test --test_env=MY_OPS_FUZZ_EXAMPLES=2000 \\
