@@ -34,20 +34,22 @@ _NEEDS = {
         env = {"MY_OPS_DEFAULT_PACKAGE": "$(rootpaths //deploy:default_package)"},
         deps = [],
     ),
-    # //deploy:signed_package (the default model, --max-batch 8, signed with
-    # the test key pair in tests/testdata) and that key pair: the tests of
-    # signatures, batch limits and the manifest share this one build-time
-    # export instead of exporting the model in each test run.
+    # //deploy:signed_package (//deploy:default_package signed with the test
+    # key pair): the tests of signatures, batch limits and the manifest share
+    # this build-time package instead of exporting the model in each test run.
+    # It brings "signing_keys" and "loader".
     "signed_package": struct(
+        data = ["//deploy:signed_package"],
+        env = {"MY_OPS_SIGNED_PACKAGE": "$(rootpaths //deploy:signed_package)"},
+        deps = [],
+    ),
+    # The test key pair in tests/testdata (conftest.py's signing_keys fixture).
+    "signing_keys": struct(
         data = [
-            "//deploy:signed_package",
             "tests/testdata/public_key.pem",
             "tests/testdata/signing_key.pem",
         ],
-        env = {
-            "MY_OPS_SIGNED_PACKAGE": "$(rootpaths //deploy:signed_package)",
-            "MY_OPS_TEST_PUBLIC_KEY": "$(rootpath tests/testdata/public_key.pem)",
-        },
+        env = {"MY_OPS_TEST_PUBLIC_KEY": "$(rootpath tests/testdata/public_key.pem)"},
         deps = [],
     ),
     # The exporter, which the tests import or run as python -m deploy.export.
@@ -102,8 +104,9 @@ def deploy_pytest(
         "loader" (the C++ loader, libmy_ops.so and LibTorch: MY_OPS_LOADER,
         MY_OPS_LIBRARY, LIBTORCH_LIB), "package" (//deploy:default_package:
         MY_OPS_DEFAULT_PACKAGE; implies "loader"), "signed_package"
-        (//deploy:signed_package and its test key pair: MY_OPS_SIGNED_PACKAGE,
-        MY_OPS_TEST_PUBLIC_KEY; implies "loader"), "exporter" (the deploy.export package) and
+        (//deploy:signed_package: MY_OPS_SIGNED_PACKAGE; implies "loader" and
+        "signing_keys"), "signing_keys" (the test key pair in tests/testdata:
+        MY_OPS_TEST_PUBLIC_KEY), "exporter" (the deploy.export package) and
         "aarch64" (qemu, the arm64 sysroot, aarch64 LibTorch, loader, op
         library and toolchain: AARCH64_*).
       size: the test size.
@@ -120,8 +123,12 @@ def deploy_pytest(
                 need,
                 sorted(_NEEDS),
             ))
-    if ("package" in needs or "signed_package" in needs) and "loader" not in needs:
-        needs = needs + ["loader"]
+    implied = {
+        "package": ["loader"],
+        "signed_package": ["loader", "signing_keys"],
+    }
+    for need in list(needs):
+        needs = needs + [n for n in implied.get(need, []) if n not in needs]
     chosen = [_NEEDS[n] for n in needs]
     all_env = {}
     for n in chosen:

@@ -1,4 +1,5 @@
-"""The edge bundle: the build-time export (export_package) and the tarball (edge_bundle)."""
+"""The edge bundle: the build-time export (export_package), its signed copy (signed_copy)
+and the tarball (edge_bundle)."""
 
 load("@bazel_skylib//rules:common_settings.bzl", "BuildSettingInfo")
 load("@rules_pkg//pkg:mappings.bzl", "pkg_attributes", "pkg_files")
@@ -56,6 +57,57 @@ export_package = rule(
             doc = "Ed25519 private key for --signing-key; the package then includes manifest.sig.",
         ),
         "_asan": attr.label(default = "//tools/cc:asan"),
+    },
+)
+
+def _signed_copy_impl(ctx):
+    names = [f.basename for f in ctx.files.package]
+    if "manifest.sig" in names:
+        fail("{}: {} is signed already".format(ctx.label, ctx.attr.package.label))
+    outs = [
+        ctx.actions.declare_file("{}/{}".format(ctx.label.name, name))
+        for name in names + ["manifest.sig"]
+    ]
+    args = ctx.actions.args()
+    args.add(outs[0].dirname)
+    args.add(ctx.file.signing_key)
+    args.add(ctx.executable.exporter)
+    args.add_all(ctx.files.package)
+    ctx.actions.run_shell(
+        # Copies, not links: the signer reads the files it vouches for.
+        command = 'out="$1" key="$2" exporter="$3"; shift 3; ' +
+                  'cp -- "$@" "$out"/ && "$exporter" --sign "$out" --signing-key "$key" >/dev/null',
+        arguments = [args],
+        inputs = ctx.files.package + [ctx.file.signing_key],
+        tools = [ctx.executable.exporter],
+        outputs = outs,
+        mnemonic = "SignPackage",
+        progress_message = "Signing a copy of %{label}'s package",
+    )
+    return [DefaultInfo(files = depset(outs))]
+
+signed_copy = rule(
+    implementation = _signed_copy_impl,
+    doc = "An export_package's files and manifest.sig, written by `export --sign` " +
+          "on a copy: the same package, signed, without exporting it again.",
+    attrs = {
+        # The target configuration, as export_package's: in the exec one the
+        # exporter's op library would be built a second time.
+        "exporter": attr.label(
+            default = "//deploy/export:export_linux_x86_64",
+            executable = True,
+            cfg = "target",
+            doc = "The exporter whose --sign writes manifest.sig.",
+        ),
+        "package": attr.label(
+            mandatory = True,
+            doc = "An unsigned export_package.",
+        ),
+        "signing_key": attr.label(
+            allow_single_file = True,
+            mandatory = True,
+            doc = "Ed25519 private key (PEM, or a raw 32-byte seed) for --signing-key.",
+        ),
     },
 )
 

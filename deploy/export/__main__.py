@@ -8,25 +8,32 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from deploy.export.cli import die, parse_args
 from deploy.export.errors import EXIT_INTERRUPTED, ExportError, first_line
-from deploy.export.manifest import generate_key
+from deploy.export.manifest import generate_key, load_signing_key, sign_export
 from deploy.export.pipeline import run
+
+
+def _only(step: Callable[[], Iterable[str]]) -> int:
+    """--generate-key and --sign: one quick step, its paths printed, no export."""
+    try:
+        for path in step():
+            print(path)
+    except ExportError as e:
+        die(str(e), e.code)
+    except KeyboardInterrupt:
+        die("interrupted", EXIT_INTERRUPTED)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv)
     if opts.generate_key:
-        try:
-            for path in generate_key(opts.generate_key):
-                print(path)
-        except ExportError as e:
-            die(str(e), e.code)
-        except KeyboardInterrupt:
-            die("interrupted", EXIT_INTERRUPTED)
-        return 0
+        return _only(lambda: generate_key(opts.generate_key))
+    if opts.sign:
+        return _only(lambda: [sign_export(opts.sign, load_signing_key(opts.signing_key))])
     t0 = time.perf_counter()
     try:
         times = run(opts)

@@ -40,6 +40,7 @@ class Options:
     profile_compile: bool
     signing_key: str | None  # absolute
     generate_key: str | None  # absolute
+    sign: str | None  # absolute
 
 
 def die(msg: str, code: int = EXIT_FAILURE) -> NoReturn:
@@ -161,9 +162,19 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         metavar="DIR",
         help="only write a new key pair, DIR/signing_key.pem and DIR/public_key.pem, and exit",
     )
+    p.add_argument(
+        "--sign",
+        metavar="DIR",
+        help="only sign an existing export with --signing-key: check that DIR/manifest.json "
+        "describes the package in DIR, write DIR/manifest.sig, and exit",
+    )
     args = p.parse_args(argv)
     if args.max_batch < 1:
         p.error("--max-batch must be >= 1")
+    if args.sign and not args.signing_key:
+        p.error("--sign needs --signing-key")
+    if args.sign and args.generate_key:
+        p.error("--sign and --generate-key contradict each other")
     if args.target != HOST_TARGET:
         if args.device != "cpu":
             p.error(f"--target {args.target} packages are CPU only (--device cpu)")
@@ -202,4 +213,5 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         profile_compile=args.profile_compile,
         signing_key=user_path(args.signing_key),
         generate_key=user_path(args.generate_key),
+        sign=user_path(args.sign),
     )

@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -280,6 +281,63 @@ def write_manifest(
         # Over the file's exact bytes: the loader checks them before parsing.
         with open(os.path.join(stage, "manifest.sig"), "wb") as f:
             f.write(signing_key.sign(manifest))
+
+
+def sign_export(folder: str, signing_key: Any) -> str:
+    """Write folder/manifest.sig for the manifest.json of an existing export; returns its path.
+
+    For signing on another machine than the one that exported (a release step
+    that holds the key). Only a manifest that vouches for the package beside
+    it is signed: the loader's format, and the sha256 of the file it names.
+    The bytes signed are the bytes checked, read once. manifest.sig is
+    replaced by a rename, so a reader sees the old signature or the new one.
+    """
+    manifest_path = os.path.join(folder, "manifest.json")
+    try:
+        with open(manifest_path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise ExportError(f"cannot read {manifest_path}: {e.strerror}") from e
+    try:
+        manifest = json.loads(data)
+        found_format = manifest["format"]
+        package_name, recorded = manifest["package"]["file"], manifest["package"]["sha256"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ExportError(f"{manifest_path} is not the manifest.json of an export") from e
+    if found_format != manifest_format():
+        raise ExportError(
+            f"{manifest_path} has format {found_format!r}; this exporter signs "
+            f"{manifest_format()!r}"
+        )
+    if not isinstance(package_name, str) or os.path.basename(package_name) != package_name:
+        raise ExportError(f"{manifest_path} names no package file beside it: {package_name!r}")
+    package_path = os.path.join(folder, package_name)
+    try:
+        actual = sha256_file(package_path)
+    except OSError as e:
+        raise ExportError(f"cannot read {package_path}: {e.strerror}") from e
+    if actual != recorded:
+        raise ExportError(
+            f"{package_path} is not the package {manifest_path} describes (its sha256 is "
+            f"{actual}, the manifest's {recorded}); not signing"
+        )
+    signature_path = os.path.join(folder, "manifest.sig")
+    try:
+        fd, staged = tempfile.mkstemp(dir=folder, prefix=".manifest.sig.")
+    except OSError as e:
+        raise ExportError(f"cannot write in {folder}: {e.strerror}") from e
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(signing_key.sign(data))
+        os.chmod(staged, 0o644)
+        os.replace(staged, signature_path)
+    except BaseException as e:
+        with contextlib.suppress(OSError):
+            os.unlink(staged)
+        if isinstance(e, OSError):
+            raise ExportError(f"cannot write {signature_path}: {e.strerror}") from e
+        raise
+    return signature_path
 
 
 def generate_key(folder: str) -> tuple[str, str]:

@@ -19,6 +19,9 @@ Outputs (in --out, default $BUILD_WORKSPACE_DIRECTORY/out or ./out):
 Keys: --generate-key DIR writes DIR/signing_key.pem (private, mode 0600) and
 DIR/public_key.pem, or neither when one of them exists. --signing-key also
 takes a key from `openssl genpkey -algorithm ed25519` or a raw 32-byte seed.
+--sign DIR --signing-key KEY signs an existing export in place, on the
+machine that holds the key: it writes DIR/manifest.sig only when
+DIR/manifest.json describes the model.pt2 beside it.
 
 --out is replaced as a whole, so it must be new, empty, or a previous export:
 nothing but the files above, with a manifest.json written by this tool. Any

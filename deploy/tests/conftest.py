@@ -88,8 +88,9 @@ BUNDLE_FILES = tuple(
     sorted(("README.md", "libmy_ops.so", "loader", "run.sh", *load_contract().export_files))
 )
 
-# Batch limit of the package the `exported` fixture makes.
-MAX_BATCH = 8
+# Batch limit of //deploy:default_package and its signed copy: export's
+# --max-batch default, as its --help states it.
+MAX_BATCH = 16
 
 
 def _required_env(name: str) -> str:
@@ -210,8 +211,8 @@ def signing_keys() -> Path:
 
 @pytest.fixture(scope="session")
 def exported() -> Path:
-    """//deploy:signed_package: the default model, --max-batch MAX_BATCH, signed with
-    `signing_keys`; exported once at build time. Read-only: copy it to change it.
+    """//deploy:signed_package: //deploy:default_package signed with `signing_keys` by
+    `export --sign` at build time. Read-only: copy it to change it.
 
     A signed export run by the CLI itself, its printed stages and what it leaves
     behind, are checked in test_export_cache_e2e.py.

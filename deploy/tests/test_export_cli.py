@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 from conftest import error_lines, run_export
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from deploy.export import compile as export_compile
 
 # export --help: "Exit status 0 on success, 2 on bad usage, 3 when --out may not
 # be replaced (nothing is touched), 130 when interrupted, 1 on any other failure".
 EXIT_FAILURE = 1
+EXIT_USAGE = 2
 
 
 def _assert_clean_failure(proc, tmp_path: Path, needle: str, code: int) -> None:
@@ -166,6 +169,67 @@ def test_generate_key_checks_both_paths_first(tmp_path: Path) -> None:
     # A private key without its public key would be a key nobody can check.
     assert os.listdir(keys) == ["public_key.pem"]
     assert public.read_text() == "someone's public key\n"
+
+
+def _writable_copy(package: Path, folder: Path) -> Path:
+    shutil.copytree(package, folder)
+    for f in folder.iterdir():
+        f.chmod(0o644)
+    return folder
+
+
+def test_sign_an_existing_export(tmp_path: Path, default_package: Path, signing_keys: Path) -> None:
+    folder = _writable_copy(default_package, tmp_path / "pkg")
+    before = {name: (folder / name).read_bytes() for name in os.listdir(folder)}
+    proc = run_export(
+        ["--sign", str(folder), "--signing-key", str(signing_keys / "signing_key.pem")],
+        tmp_path / "tmp",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [str(folder / "manifest.sig")]
+    # Nothing else changed or left behind (no staged signature).
+    assert sorted(os.listdir(folder)) == sorted([*before, "manifest.sig"])
+    assert all((folder / name).read_bytes() == data for name, data in before.items())
+    public_key = load_pem_public_key((signing_keys / "public_key.pem").read_bytes())
+    # Raises InvalidSignature unless manifest.sig signs manifest.json's bytes.
+    public_key.verify((folder / "manifest.sig").read_bytes(), before["manifest.json"])
+
+
+def test_sign_refuses_a_manifest_of_another_package(
+    tmp_path: Path, default_package: Path, signing_keys: Path
+) -> None:
+    folder = _writable_copy(default_package, tmp_path / "pkg")
+    data = bytearray((folder / "model.pt2").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (folder / "model.pt2").write_bytes(bytes(data))
+    names = sorted(os.listdir(folder))
+    proc = run_export(
+        ["--sign", str(folder), "--signing-key", str(signing_keys / "signing_key.pem")],
+        tmp_path / "tmp",
+    )
+    _assert_clean_failure(
+        proc, tmp_path, f"{folder / 'model.pt2'} is not the package", EXIT_FAILURE
+    )
+    assert sorted(os.listdir(folder)) == names
+
+
+@pytest.mark.parametrize(
+    "args, needle, code",
+    [
+        (["--sign", "{tmp}/pkg"], "--sign needs --signing-key", EXIT_USAGE),
+        (["--sign", "{tmp}/pkg", "--generate-key", "{tmp}/k", "--signing-key", "{key}"],
+         "contradict", EXIT_USAGE),
+        (["--sign", "{tmp}/missing", "--signing-key", "{key}"],
+         "cannot read {tmp}/missing/manifest.json", EXIT_FAILURE),
+    ],
+)  # fmt: skip
+def test_bad_sign_arguments(
+    tmp_path: Path, signing_keys: Path, args: list[str], needle: str, code: int
+) -> None:
+    fill = {"tmp": str(tmp_path), "key": str(signing_keys / "signing_key.pem")}
+    proc = run_export([a.format(**fill) for a in args], tmp_path / "tmp")
+    _assert_clean_failure(proc, tmp_path, needle.format(**fill), code)
+    assert sorted(os.listdir(tmp_path)) == ["tmp"]
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -134,22 +135,27 @@ def test_op_library_missing_from_manifest_is_refused(loader_bin, pkg: Path, tmp_
     _assert_refused(proc, out, str(extra), "not listed")
 
 
-def test_manifest_of_another_build_is_refused(
-    loader_bin, pkg: Path, default_package: Path, tmp_path: Path
-) -> None:
-    # //deploy:default_package is a separate export (other batch limit):
-    # its manifest is well-formed and for the same torch, but not this package's.
-    other = json.loads((default_package / "manifest.json").read_text())
-    assert other["package"]["sha256"] != _sha256(pkg / "model.pt2")
-    shutil.copy2(default_package / "manifest.json", pkg / "manifest.json")
+def _another_build(model: Path, dest: Path) -> None:
+    """The package's members in the reverse order: a package of the same model with
+    other bytes, as another export run may write it."""
+    with zipfile.ZipFile(model) as src, zipfile.ZipFile(dest, "w") as out:
+        for info in reversed(src.infolist()):
+            out.writestr(info, src.read(info))
+
+
+def test_manifest_of_another_build_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    # A well-formed manifest for the same torch, but of another package.
+    _another_build(pkg / "model.pt2", tmp_path / "other.pt2")
+    other = _sha256(tmp_path / "other.pt2")
+    assert other != _sha256(pkg / "model.pt2")
+    _edit_manifest(pkg / "manifest.json", package={"file": "model.pt2", "sha256": other})
     proc, out = _run(loader_bin, pkg, tmp_path)
-    _assert_refused(proc, out, str(pkg / "model.pt2"), other["package"]["sha256"])
+    _assert_refused(proc, out, str(pkg / "model.pt2"), other)
 
 
-def test_package_of_another_build_is_refused(
-    loader_bin, pkg: Path, default_package: Path, tmp_path: Path
-) -> None:
-    shutil.copy2(default_package / "model.pt2", pkg / "model.pt2")
+def test_package_of_another_build_is_refused(loader_bin, pkg: Path, tmp_path: Path) -> None:
+    _another_build(pkg / "model.pt2", tmp_path / "other.pt2")
+    shutil.copy2(tmp_path / "other.pt2", pkg / "model.pt2")
     proc, out = _run(loader_bin, pkg, tmp_path)
     _assert_refused(proc, out, str(pkg / "model.pt2"))
 
