@@ -1,10 +1,21 @@
 // The single TORCH_LIBRARY block of the my_ops library: every op schema and the custom class are
-// declared here, while each op folder registers its CPU and CUDA kernels with TORCH_LIBRARY_IMPL.
+// declared here, and the CUDA kernels registered. Each op folder registers its CPU kernels itself
+// (cpu.cpp, TORCH_LIBRARY_IMPL).
 
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
+#include <tuple>
+
 #include "ops/rms_norm_class/rms_norm_class.h"
+
+#ifdef TORCH_OP_LIBRARY_CUDA
+#include "ops/fused_bias_gelu/fused_bias_gelu.h"
+#include "ops/identity_conv/identity_conv.h"
+#include "ops/rms_norm/rms_norm.h"
+#include "ops/rotary_embedding/rotary_embedding.h"
+#include "ops/silu_and_mul/silu_and_mul.h"
+#endif
 
 TORCH_LIBRARY(my_ops, m) {
   m.set_python_module("my_ops");  // First, so that errors on a missing fake say "import my_ops".
@@ -31,3 +42,49 @@ TORCH_LIBRARY(my_ops, m) {
       .def_pickle([](const c10::intrusive_ptr<RMSNorm>& self) { return self->get_state(); },
                   [](RMSNorm::State state) { return RMSNorm::from_state(std::move(state)); });
 }
+
+#ifdef TORCH_OP_LIBRARY_CUDA
+namespace {
+
+// The CUDA kernels take and return at::TensorBase, so nvcc never parses at::Tensor, whose header
+// is most of a .cu file's compile time (PyTorch's own CUDA kernels do the same). TensorEntry adapts
+// such a kernel to the at::Tensor signature its schema is registered with: at::Tensor for each
+// at::TensorBase, every other argument as it is.
+template <class T>
+struct WithTensor {
+  using type = T;
+};
+template <>
+struct WithTensor<const at::TensorBase&> {
+  using type = const at::Tensor&;
+};
+template <>
+struct WithTensor<at::TensorBase> {
+  using type = at::Tensor;
+};
+template <class... Ts>
+struct WithTensor<std::tuple<Ts...>> {
+  using type = std::tuple<typename WithTensor<Ts>::type...>;
+};
+
+template <auto kKernel>
+struct TensorEntry;
+template <class R, class... Args, R (*kKernel)(Args...)>
+struct TensorEntry<kKernel> {
+  static typename WithTensor<R>::type call(typename WithTensor<Args>::type... args) {
+    return typename WithTensor<R>::type(kKernel(args...));
+  }
+};
+
+}  // namespace
+
+// Built with the library's CUDA part only (torch_op_library defines TORCH_OP_LIBRARY_CUDA then).
+TORCH_LIBRARY_IMPL(my_ops, CUDA, m) {
+  m.impl("identity_conv_op", &TensorEntry<&my_ops::identity_conv_cuda>::call);
+  m.impl("fused_bias_gelu", &TensorEntry<&my_ops::fused_bias_gelu_cuda>::call);
+  m.impl("rms_norm", &TensorEntry<&my_ops::rms_norm_cuda>::call);
+  m.impl("fused_add_rms_norm", &TensorEntry<&my_ops::fused_add_rms_norm_cuda>::call);
+  m.impl("silu_and_mul", &TensorEntry<&my_ops::silu_and_mul_cuda>::call);
+  m.impl("rotary_embedding", &TensorEntry<&my_ops::rotary_embedding_cuda>::call);
+}
+#endif

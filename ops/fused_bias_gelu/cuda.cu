@@ -1,11 +1,10 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
+#include <ATen/core/TensorBase.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
 
 #include <cmath>
 
@@ -126,13 +125,16 @@ void launch_bias_gelu(const scalar_t* x, const scalar_t* bias, scalar_t* out, in
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-at::Tensor fused_bias_gelu_cuda(const at::Tensor& x, const at::Tensor& bias,
-                                c10::string_view approximate) {
+}  // namespace
+
+at::TensorBase fused_bias_gelu_cuda(const at::TensorBase& x, const at::TensorBase& bias,
+                                    c10::string_view approximate) {
   const GeluApproximation approx = check_fused_bias_gelu_args(x, bias, approximate);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const at::Tensor x_contig = x.contiguous();
-  const at::Tensor bias_contig = bias.contiguous();
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  const at::TensorBase x_contig = x.contiguous();
+  const at::TensorBase bias_contig = bias.contiguous();
+  at::TensorBase out =
+      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
   const int64_t numel = x.numel();
   if (numel == 0) {
     return out;
@@ -154,9 +156,5 @@ at::Tensor fused_bias_gelu_cuda(const at::Tensor& x, const at::Tensor& bias,
       });
   return out;
 }
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(my_ops, CUDA, m) { m.impl("fused_bias_gelu", &fused_bias_gelu_cuda); }
 
 }  // namespace my_ops

@@ -1,6 +1,6 @@
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <ATen/core/TensorBase.h>
 #include <c10/util/string_view.h>
 
 #include "ops/common/checks.h"
@@ -10,7 +10,8 @@ namespace my_ops {
 enum class GeluApproximation { kNone, kTanh };
 
 // Validates every argument and parses `approximate`, so backends receive a checked enum.
-inline GeluApproximation check_fused_bias_gelu_args(const at::Tensor& x, const at::Tensor& bias,
+inline GeluApproximation check_fused_bias_gelu_args(const at::TensorBase& x,
+                                                    const at::TensorBase& bias,
                                                     c10::string_view approximate) {
   constexpr c10::string_view kOp = "fused_bias_gelu";
   check_primary_input(kOp, "x", x);
@@ -22,5 +23,9 @@ inline GeluApproximation check_fused_bias_gelu_args(const at::Tensor& x, const a
               ": expected approximate to be \"none\" or \"tanh\", got \"", approximate, "\"");
   return GeluApproximation::kTanh;
 }
+
+// The CUDA kernels (cuda.cu), registered in ops/registration.cpp.
+at::TensorBase fused_bias_gelu_cuda(const at::TensorBase& x, const at::TensorBase& bias,
+                                    c10::string_view approximate);
 
 }  // namespace my_ops

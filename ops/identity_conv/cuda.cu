@@ -1,11 +1,10 @@
 #include <ATen/Dispatch.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
+#include <ATen/core/TensorBase.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/SmallVector.h>
-#include <torch/library.h>
 
 #include <cstdint>
 #include <limits>
@@ -50,7 +49,7 @@ struct MergedDim {
 // div/mod steps per element as its layout allows: size-1 dims are dropped, and a dim merges into
 // the one outside it when stride[outer] == stride[inner] * size[inner]. A contiguous tensor (at
 // any storage offset) comes out as one dim of stride 1; a tensor of one element as no dims.
-c10::SmallVector<MergedDim, kMaxDims> merge_dims(const at::Tensor& x) {
+c10::SmallVector<MergedDim, kMaxDims> merge_dims(const at::TensorBase& x) {
   c10::SmallVector<MergedDim, kMaxDims> merged;
   for (int64_t d = 0; d < x.dim(); ++d) {
     const int64_t size = x.size(d);
@@ -144,20 +143,25 @@ void launch_strided_to_contiguous(const scalar_t* src, scalar_t* dst,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-at::Tensor identity_conv_cuda(const at::Tensor& x) {
+}  // namespace
+
+at::TensorBase identity_conv_cuda(const at::TensorBase& x) {
   check_identity_conv_args(x);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const int64_t numel = x.numel();
   if (numel == 0) {
-    return at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+    return at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(),
+                                  at::MemoryFormat::Contiguous);
   }
   const c10::SmallVector<MergedDim, kMaxDims> merged = merge_dims(x);
   if (merged.size() > static_cast<size_t>(kMaxDims)) {
     // More non-mergeable dims than the kernel's parameters hold: ATen's CUDA copy handles any
-    // count (it splits the work itself) and is capturable too. No real model gets here.
-    return x.clone(at::MemoryFormat::Contiguous);
+    // count (it splits the work itself) and is capturable too. No real model gets here. x is
+    // not contiguous here (a contiguous tensor merges into one dim), so this is always a copy.
+    return x.contiguous();
   }
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::TensorBase out =
+      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   if (merged.empty() || (merged.size() == 1 && merged[0].stride == 1)) {
     // The elements are one dense run (from the storage offset on): a device-to-device copy moves
@@ -187,9 +191,5 @@ at::Tensor identity_conv_cuda(const at::Tensor& x) {
       });
   return out;
 }
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(my_ops, CUDA, m) { m.impl("identity_conv_op", &identity_conv_cuda); }
 
 }  // namespace my_ops

@@ -1,11 +1,10 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
+#include <ATen/core/TensorBase.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
 
 #include <tuple>
 
@@ -127,8 +126,9 @@ __global__ void __launch_bounds__(kThreads)
 
 // `residual` and `sum_out` are undefined tensors when kHasResidual is false.
 template <bool kHasResidual>
-void launch_rms_norm(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
-                     double eps, at::Tensor& out, at::Tensor& sum_out) {
+void launch_rms_norm(const at::TensorBase& x, const at::TensorBase& residual,
+                     const at::TensorBase& weight, double eps, at::TensorBase& out,
+                     at::TensorBase& sum_out) {
   const int64_t row_length = x.size(-1);
   const int64_t rows = x.numel() / row_length;
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
@@ -146,38 +146,36 @@ void launch_rms_norm(const at::Tensor& x, const at::Tensor& residual, const at::
       });
 }
 
-at::Tensor rms_norm_cuda(const at::Tensor& x, const at::Tensor& weight, double eps) {
+}  // namespace
+
+at::TensorBase rms_norm_cuda(const at::TensorBase& x, const at::TensorBase& weight, double eps) {
   check_rms_norm_args(x, weight, eps);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-  at::Tensor no_sum;
+  at::TensorBase out =
+      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
+  at::TensorBase no_sum;
   if (x.numel() != 0) {
-    launch_rms_norm</*kHasResidual=*/false>(x.contiguous(), at::Tensor(), weight.contiguous(), eps,
-                                            out, no_sum);
+    launch_rms_norm</*kHasResidual=*/false>(x.contiguous(), at::TensorBase(), weight.contiguous(),
+                                            eps, out, no_sum);
   }
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cuda(const at::Tensor& x,
-                                                           const at::Tensor& residual,
-                                                           const at::Tensor& weight, double eps) {
+std::tuple<at::TensorBase, at::TensorBase> fused_add_rms_norm_cuda(const at::TensorBase& x,
+                                                                   const at::TensorBase& residual,
+                                                                   const at::TensorBase& weight,
+                                                                   double eps) {
   check_fused_add_rms_norm_args(x, residual, weight, eps);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const auto out_options = x.options().memory_format(at::MemoryFormat::Contiguous);
-  at::Tensor out = at::empty(x.sizes(), out_options);
-  at::Tensor sum_out = at::empty(x.sizes(), out_options);
+  at::TensorBase out =
+      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
+  at::TensorBase sum_out =
+      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
   if (x.numel() != 0) {
     launch_rms_norm</*kHasResidual=*/true>(x.contiguous(), residual.contiguous(),
                                            weight.contiguous(), eps, out, sum_out);
   }
   return {out, sum_out};
-}
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(my_ops, CUDA, m) {
-  m.impl("rms_norm", &rms_norm_cuda);
-  m.impl("fused_add_rms_norm", &fused_add_rms_norm_cuda);
 }
 
 }  // namespace my_ops

@@ -1,11 +1,10 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
+#include <ATen/core/TensorBase.h>
+#include <ATen/cuda/EmptyTensor.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
 
 #include "ops/common/launch.cuh"
 #include "ops/common/pack.cuh"
@@ -127,14 +126,17 @@ void launch_rotary(const scalar_t* x, const scalar_t* cos, const scalar_t* sin, 
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-at::Tensor rotary_embedding_cuda(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                 bool interleaved) {
+}  // namespace
+
+at::TensorBase rotary_embedding_cuda(const at::TensorBase& x, const at::TensorBase& cos,
+                                     const at::TensorBase& sin, bool interleaved) {
   const RotaryShape shape = check_rotary_embedding_args(x, cos, sin);
   const c10::cuda::CUDAGuard device_guard(x.device());
-  const at::Tensor x_contig = x.contiguous();
-  const at::Tensor cos_contig = cos.contiguous();
-  const at::Tensor sin_contig = sin.contiguous();
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  const at::TensorBase x_contig = x.contiguous();
+  const at::TensorBase cos_contig = cos.contiguous();
+  const at::TensorBase sin_contig = sin.contiguous();
+  at::TensorBase out =
+      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
   const int64_t num_pairs = x.numel() / 2;
   if (num_pairs == 0) {
     return out;
@@ -150,9 +152,5 @@ at::Tensor rotary_embedding_cuda(const at::Tensor& x, const at::Tensor& cos, con
                                   });
   return out;
 }
-
-}  // namespace
-
-TORCH_LIBRARY_IMPL(my_ops, CUDA, m) { m.impl("rotary_embedding", &rotary_embedding_cuda); }
 
 }  // namespace my_ops

@@ -1,6 +1,6 @@
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <ATen/core/TensorBase.h>
 #include <c10/util/Exception.h>
 #include <c10/util/string_view.h>
 
@@ -24,8 +24,8 @@ struct RotaryShape {
 };
 
 // A cos or sin table: one row per position of x's seq dim, one column per pair.
-inline void check_rotary_table(c10::string_view op, c10::string_view name, const at::Tensor& t,
-                               const at::Tensor& x) {
+inline void check_rotary_table(c10::string_view op, c10::string_view name, const at::TensorBase& t,
+                               const at::TensorBase& x) {
   check_same_device_and_dtype(op, name, t, "x", x);
   TORCH_CHECK(t.dim() == 2, op, ": expected ", name, " to be 2-D [seq, head_dim / 2], got ",
               t.dim(), "-D with shape ", t.sizes());
@@ -35,8 +35,8 @@ inline void check_rotary_table(c10::string_view op, c10::string_view name, const
               seq, ", ", half, "] (x's seq dim, head_dim / 2), got ", t.sizes());
 }
 
-inline RotaryShape check_rotary_embedding_args(const at::Tensor& x, const at::Tensor& cos,
-                                               const at::Tensor& sin) {
+inline RotaryShape check_rotary_embedding_args(const at::TensorBase& x, const at::TensorBase& cos,
+                                               const at::TensorBase& sin) {
   constexpr c10::string_view kOp = "rotary_embedding";
   check_primary_input(kOp, "x", x);
   TORCH_CHECK(x.dim() >= 3, kOp, ": expected x to have at least 3 dimensions, got ", x.dim());
@@ -46,5 +46,9 @@ inline RotaryShape check_rotary_embedding_args(const at::Tensor& x, const at::Te
   check_rotary_table(kOp, "sin", sin, x);
   return {x.size(-3), x.size(-2), x.size(-1) / 2};
 }
+
+// The CUDA kernels (cuda.cu), registered in ops/registration.cpp.
+at::TensorBase rotary_embedding_cuda(const at::TensorBase& x, const at::TensorBase& cos,
+                                     const at::TensorBase& sin, bool interleaved);
 
 }  // namespace my_ops

@@ -1,6 +1,6 @@
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <ATen/core/TensorBase.h>
 #include <c10/util/Exception.h>
 
 #include <vector>
@@ -11,7 +11,7 @@ namespace my_ops {
 
 // silu_and_mul(x) = silu(x[..., :d]) * x[..., d:], the gated activation of SwiGLU MLPs: the up
 // and gate projections arrive as one [..., 2d] tensor, and the output is [..., d].
-inline std::vector<int64_t> check_silu_and_mul_args(const at::Tensor& x) {
+inline std::vector<int64_t> check_silu_and_mul_args(const at::TensorBase& x) {
   constexpr c10::string_view kOp = "silu_and_mul";
   check_primary_input(kOp, "x", x);
   TORCH_CHECK(x.size(-1) % 2 == 0, kOp,
@@ -20,5 +20,8 @@ inline std::vector<int64_t> check_silu_and_mul_args(const at::Tensor& x) {
   out_sizes.back() /= 2;
   return out_sizes;
 }
+
+// The CUDA kernels (cuda.cu), registered in ops/registration.cpp.
+at::TensorBase silu_and_mul_cuda(const at::TensorBase& x);
 
 }  // namespace my_ops

@@ -251,3 +251,15 @@ def test_candidate_order(monkeypatch, tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-p", "no:cacheprovider", *sys.argv[1:]]))
+
+
+@pytest.mark.parametrize("key", ["CPU", "CUDA"])
+def test_every_op_has_a_kernel_for_each_backend_built(real_library, key):
+    # Registration alone, no device needed: a CUDA kernel missing from ops/registration.cpp
+    # shows here on a machine without a GPU.
+    my_ops.load_library(real_library)
+    ops = sorted(s.name for s in torch._C._jit_get_all_schemas() if s.name.startswith("my_ops::"))
+    assert ops, "libmy_ops.so registered no my_ops:: schema"
+    built = key == "CPU" or os.environ["MY_OPS_CUDA_KERNELS"] == "1"
+    wrong = [op for op in ops if torch._C._dispatch_has_kernel_for_dispatch_key(op, key) != built]
+    assert not wrong, f"{key} kernel {'missing' if built else 'unexpected'} for {wrong}"

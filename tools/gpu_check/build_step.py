@@ -291,6 +291,8 @@ def plan_build(run: Run) -> BuildPlan:
             jobs[src] = [*nvcc, *includes, *flags["TORCH_NVCC_COPTS"], "-c", str(ROOT / src)]
     arm = platform.machine() == "aarch64"
     copts = flags["TORCH_CPU_KERNEL_COPTS_AARCH64" if arm else "TORCH_CPU_KERNEL_COPTS"]
+    # With the CUDA part, ops/registration.cpp registers its kernels too.
+    copts = [*copts, *flags["TORCH_OP_LIBRARY_CUDA_COPTS"]] if cuda else copts
     for src in sources["cpp"]:
         jobs[src] = [cxx, *cxx_flags, *copts, "-c", str(ROOT / src)]
     objects = [run.work / (src.replace("/", "__") + ".o") for src in jobs]

@@ -45,6 +45,7 @@ def test_flags_come_from_the_bzl_file_the_macro_loads():
         "TORCH_CPU_KERNEL_COPTS",
         "TORCH_CPU_KERNEL_COPTS_AARCH64",
         "TORCH_NVCC_COPTS",
+        "TORCH_OP_LIBRARY_CUDA_COPTS",
         "TORCH_OP_LIBRARY_LINKOPTS",
     ]
     assert "-DCPU_CAPABILITY=AVX2" in flags["TORCH_CPU_KERNEL_COPTS"]

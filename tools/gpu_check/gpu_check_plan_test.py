@@ -45,6 +45,7 @@ _FLAGS = """\"\"\"Flags of the fake checkout.\"\"\"
 TORCH_CPU_KERNEL_COPTS = ["-DFIXTURE_CPU_X86"]
 TORCH_CPU_KERNEL_COPTS_AARCH64 = ["-DFIXTURE_CPU_AARCH64"]
 TORCH_NVCC_COPTS = ["-DFIXTURE_NVCC"]
+TORCH_OP_LIBRARY_CUDA_COPTS = ["-DFIXTURE_WITH_CUDA"]
 TORCH_OP_LIBRARY_LINKOPTS = ["-Wl,--fixture-link"]
 """
 _CPU_FLAG = "-DFIXTURE_CPU_AARCH64" if platform.machine() == "aarch64" else "-DFIXTURE_CPU_X86"
@@ -363,6 +364,8 @@ def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path, c
     gxx = [c for c in steps["build"] if c not in nvcc and " -c " in c]
     assert _compiled(gxx, checkout) == ["ops/a/cpu.cpp", "ops/b/cpu.cpp", "ops/registration.cpp"]
     assert all(f" {_CPU_FLAG} " in c and "-DFIXTURE_NVCC" not in c for c in gxx)
+    # With the CUDA part, the registration file registers its kernels too.
+    assert all(" -DFIXTURE_WITH_CUDA " in c for c in gxx)
     link = [c for c in steps["build"] if " -shared " in c]
     assert len(link) == 1 and link[0].endswith(" -l:libcudart.so.13")
     assert " -Wl,--fixture-link " in link[0] and link[0].count(".o ") == 4
@@ -434,6 +437,7 @@ def test_dry_run_without_a_toolkit_fails_with_one_line(tmp_path, checkout):
         "ops/b/cpu.cpp",
         "ops/registration.cpp",
     ]
+    assert not any("-DFIXTURE_WITH_CUDA" in c for c in steps["build"])
     link = [c for c in steps["build"] if " -shared " in c][0]
     assert "cudart" not in link and link.count(".o ") == 3
     assert "MY_OPS_TEST_DEVICES=cpu " in steps["tests"][0]

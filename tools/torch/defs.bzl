@@ -4,7 +4,7 @@ load("@libtorch//:defs.bzl", "torch_runtime_linkopts")
 load("@rules_cc//cc:defs.bzl", "cc_binary", "cc_library", "cc_test")
 load("@rules_cuda//cuda:defs.bzl", "cuda_library", "requires_cuda")
 load("//tools/cc:sanitizers.bzl", "sanitizer_deps")
-load(":kernel_flags.bzl", "TORCH_CPU_KERNEL_COPTS", "TORCH_CPU_KERNEL_COPTS_AARCH64", "TORCH_NVCC_COPTS", "TORCH_OP_LIBRARY_LINKOPTS")
+load(":kernel_flags.bzl", "TORCH_CPU_KERNEL_COPTS", "TORCH_CPU_KERNEL_COPTS_AARCH64", "TORCH_NVCC_COPTS", "TORCH_OP_LIBRARY_CUDA_COPTS", "TORCH_OP_LIBRARY_LINKOPTS")
 
 # The files an op library compiles or includes: *.cpp, *.cu, *.h and *.cuh in
 # every folder of its package (a list of op folders to keep in step with the
@@ -17,10 +17,12 @@ def torch_op_library(name, registration = "registration.cpp", visibility = None)
     """Builds lib<name>.so, a PyTorch op library, from every folder of the package.
 
     Each op folder holds *.cpp (CPU kernels, with their TORCH_LIBRARY_IMPL),
-    *.cu (CUDA kernels), and headers (*.h, *.cuh); the folder of shared
-    helpers (common/) is one more. `registration` holds the one TORCH_LIBRARY
-    block with every schema. Adding an op means adding its folder and its
-    schema line, nothing here.
+    *.cu (CUDA kernels, on at::TensorBase), and headers (*.h, *.cuh); the
+    folder of shared helpers (common/) is one more. `registration` holds the
+    one TORCH_LIBRARY block with every schema, and registers the CUDA kernels
+    when TORCH_OP_LIBRARY_CUDA is defined (where the CUDA part is linked in).
+    Adding an op means adding its folder, its schema line and its CUDA
+    registration line, nothing here.
 
     Targets: lib<name>.so (the shared library), <name>_cpu, <name>_cuda;
     <name>_srcs, every file they compile or include. <name>_cuda is
@@ -50,6 +52,10 @@ def torch_op_library(name, registration = "registration.cpp", visibility = None)
         copts = select({
             Label("@platforms//cpu:aarch64"): TORCH_CPU_KERNEL_COPTS_AARCH64,
             "//conditions:default": TORCH_CPU_KERNEL_COPTS,
+        }) + select({
+            # `registration` registers the CUDA kernels where they are linked in.
+            Label("//tools/torch:cuda_kernels"): TORCH_OP_LIBRARY_CUDA_COPTS,
+            "//conditions:default": [],
         }),
         deps = ["//third_party/libtorch:torch_cpu"],
         alwayslink = True,

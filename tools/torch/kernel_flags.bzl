@@ -46,6 +46,13 @@ TORCH_NVCC_COPTS = [
     "--expt-relaxed-constexpr",
 ]
 
+# The C++ sources where the library's CUDA part is linked in (torch_op_library's
+# select, gpu_check's CUDA mode): ops/registration.cpp then registers the CUDA
+# kernels as well.
+TORCH_OP_LIBRARY_CUDA_COPTS = [
+    "-DTORCH_OP_LIBRARY_CUDA",
+]
+
 # -z defs: every symbol must resolve at link time, not at dlopen on a
 # user's machine. -fopenmp: the OpenMP runtime the CPU kernels' regions need.
 TORCH_OP_LIBRARY_LINKOPTS = [
