@@ -8,11 +8,15 @@ load("//deploy/contract:export_files.bzl", "EXPORT_FILES", "OPTIONAL_EXPORT_FILE
 load("//tools/cc:sanitizers.bzl", "ASAN_PRELOAD_ENV")
 load("//tools/platforms:platform_data.bzl", "platform_data")
 
+def _declare_in_folder(ctx, names):
+    """The outputs <target name>/<name>: one folder per package-like target."""
+    return [ctx.actions.declare_file("{}/{}".format(ctx.label.name, name)) for name in names]
+
 def _export_package_impl(ctx):
     names = list(EXPORT_FILES)
     if ctx.file.signing_key:
         names += OPTIONAL_EXPORT_FILES
-    outs = [ctx.actions.declare_file("{}/{}".format(ctx.label.name, f)) for f in names]
+    outs = _declare_in_folder(ctx, names)
     args = ctx.actions.args()
     args.add("--out", outs[0].dirname)
 
@@ -64,10 +68,7 @@ def _signed_copy_impl(ctx):
     names = [f.basename for f in ctx.files.package]
     if "manifest.sig" in names:
         fail("{}: {} is signed already".format(ctx.label, ctx.attr.package.label))
-    outs = [
-        ctx.actions.declare_file("{}/{}".format(ctx.label.name, name))
-        for name in names + ["manifest.sig"]
-    ]
+    outs = _declare_in_folder(ctx, names + ["manifest.sig"])
     args = ctx.actions.args()
     args.add(outs[0].dirname)
     args.add(ctx.file.signing_key)
@@ -112,10 +113,7 @@ signed_copy = rule(
 )
 
 def _checked_package_impl(ctx):
-    outs = [
-        ctx.actions.declare_file("{}/{}".format(ctx.label.name, f.basename))
-        for f in ctx.files.package
-    ]
+    outs = _declare_in_folder(ctx, [f.basename for f in ctx.files.package])
     args = ctx.actions.args()
     args.add("--ops", ctx.file.ops)
     args.add("--out", outs[0].dirname)
