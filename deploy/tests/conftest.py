@@ -157,6 +157,14 @@ def run_loader(
     )
 
 
+def writable_copy(package: Path, folder: Path) -> Path:
+    """A copy of a package folder whose files may be changed (Bazel's outputs are read-only)."""
+    shutil.copytree(package, folder)
+    for f in folder.iterdir():
+        f.chmod(0o644)
+    return folder
+
+
 def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip()]
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
-from conftest import error_lines, run_export
+from conftest import error_lines, run_export, writable_copy
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from deploy.export import compile as export_compile
@@ -171,15 +170,8 @@ def test_generate_key_checks_both_paths_first(tmp_path: Path) -> None:
     assert public.read_text() == "someone's public key\n"
 
 
-def _writable_copy(package: Path, folder: Path) -> Path:
-    shutil.copytree(package, folder)
-    for f in folder.iterdir():
-        f.chmod(0o644)
-    return folder
-
-
 def test_sign_an_existing_export(tmp_path: Path, default_package: Path, signing_keys: Path) -> None:
-    folder = _writable_copy(default_package, tmp_path / "pkg")
+    folder = writable_copy(default_package, tmp_path / "pkg")
     before = {name: (folder / name).read_bytes() for name in os.listdir(folder)}
     proc = run_export(
         ["--sign", str(folder), "--signing-key", str(signing_keys / "signing_key.pem")],
@@ -198,7 +190,7 @@ def test_sign_an_existing_export(tmp_path: Path, default_package: Path, signing_
 def test_sign_refuses_a_manifest_of_another_package(
     tmp_path: Path, default_package: Path, signing_keys: Path
 ) -> None:
-    folder = _writable_copy(default_package, tmp_path / "pkg")
+    folder = writable_copy(default_package, tmp_path / "pkg")
     data = bytearray((folder / "model.pt2").read_bytes())
     data[len(data) // 2] ^= 0xFF
     (folder / "model.pt2").write_bytes(bytes(data))

@@ -26,6 +26,7 @@ from conftest import (
     loader_error_lines,
     run_export,
     run_loader,
+    writable_copy,
 )
 
 from deploy import default_model
@@ -50,11 +51,9 @@ def _edit_manifest(path: Path, **changes) -> None:
 @pytest.fixture
 def pkg(exported: Path, ops_library: str, tmp_path: Path) -> Path:
     """A writable copy of the signed export, with the op library beside it."""
-    folder = tmp_path / "pkg"
-    shutil.copytree(exported, folder)
-    shutil.copy2(ops_library, folder / "libmy_ops.so")
-    for f in folder.iterdir():
-        f.chmod(0o644)
+    folder = writable_copy(exported, tmp_path / "pkg")
+    # copyfile: a new file with the default mode (0644), as writable as the copied ones.
+    shutil.copyfile(ops_library, folder / "libmy_ops.so")
     return folder
 
 

@@ -249,10 +249,6 @@ def test_candidate_order(monkeypatch, tmp_path):
     assert os.path.normpath(package_relative) in paths
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([__file__, "-p", "no:cacheprovider", *sys.argv[1:]]))
-
-
 @pytest.mark.parametrize("key", ["CPU", "CUDA"])
 def test_every_op_has_a_kernel_for_each_backend_built(real_library, key):
     # Registration alone, no device needed: a CUDA kernel missing from ops/registration.cpp
@@ -263,3 +259,7 @@ def test_every_op_has_a_kernel_for_each_backend_built(real_library, key):
     built = key == "CPU" or os.environ["MY_OPS_CUDA_KERNELS"] == "1"
     wrong = [op for op in ops if torch._C._dispatch_has_kernel_for_dispatch_key(op, key) != built]
     assert not wrong, f"{key} kernel {'missing' if built else 'unexpected'} for {wrong}"
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-p", "no:cacheprovider", *sys.argv[1:]]))
