@@ -1,6 +1,8 @@
-"""tools/bazel run //deploy:export, or python -m deploy.export from the repository root.
+"""tools/bazel run //deploy:export, python -m deploy.export from the repository root, or
+my-ops-export (python -m my_ops.deploy.export) from the wheel.
 
-Absolute imports: Bazel runs this file as a script, not as a module of its package.
+Relative imports: the package is deploy.export here and my_ops.deploy.export in the
+wheel. Bazel's py_binary runs a script, so //deploy/export:export starts at bazel_main.py.
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from deploy.export.cli import die, parse_args
-from deploy.export.errors import EXIT_INTERRUPTED, ExportError, first_line
-from deploy.export.manifest import generate_key, load_signing_key, sign_export
-from deploy.export.pipeline import run
+from .cli import die, parse_args
+from .errors import EXIT_INTERRUPTED, ExportError, first_line
+from .manifest import generate_key, load_signing_key, sign_export
+from .pipeline import run
 
 
 def _only(step: Callable[[], Iterable[str]]) -> int:
@@ -52,11 +54,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    status = main()
+def exit_after(status: int) -> None:
+    """Leave the process with `status`, without tearing torch down."""
     # A finished export has written, flushed and renamed its output, removed
     # its temporary files and released the cache's lock; tearing down torch's
     # modules would add over a second to a 10-second warm export.
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def console_main() -> None:
+    """my-ops-export, the wheel's console script."""
+    exit_after(main())
+
+
+if __name__ == "__main__":
+    console_main()

@@ -87,7 +87,9 @@ def _toolchain_compiler() -> tuple[str, list[str], list[str], str]:
         return os.environ["CXX"], [], [], f"{os.environ['CXX']} (from $CXX, no sysroot)"
     found = runfile(_TOOLCHAIN_JSON)
     if found is None:
-        return "g++", [], [], "g++ from PATH (no Bazel toolchain description found)"
+        # Outside Bazel (the wheel), as torch itself compiles: the package then
+        # needs this machine's glibc, not the sysroot's.
+        return "g++", [], [], "g++ from PATH (no Bazel toolchain, no sysroot)"
     info = read_compiler_info(*found)
     what = "with the sysroot" if info["sysroot"] else "host headers and libraries"
     return (
@@ -162,6 +164,19 @@ def compiler_identity() -> dict[str, Any]:
         "compile_flags": compile_flags,
         "link_flags": link_flags,
     }
+
+
+def compiler_record(cxx: str | None = None) -> dict[str, str]:
+    """What manifest.json says of the compiler that built the package's C++.
+
+    cxx is another target's compiler; by default the one Inductor runs here.
+    """
+    if cxx is None:
+        path, what = real_cxx(), _toolchain_compiler()[3]
+    else:
+        path, what = cxx, f"{cxx} (the target's toolchain, with its sysroot)"
+    version = program_version(path).splitlines()
+    return {"path": path, "version": version[0] if version else "", "how": what}
 
 
 def program_version(program: str) -> str:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .compile import read_compiler_info, runfile
-from .errors import ExportError, first_line
+from .errors import EXIT_USAGE, ExportError, first_line
 
 HOST_TARGET = "linux-x86_64"
 
@@ -74,9 +74,13 @@ def target_files(target: CrossTarget) -> TargetFiles:
     """The target's compiler, its flags (sysroot, LibTorch) and libmy_ops.so, from runfiles."""
     found = runfile(target.compiler_json)
     if found is None:
+        # The wheel's exporter has neither: a usage error, like any flag this
+        # installation cannot honour.
         raise ExportError(
-            f"--target {target.name}: the {target.name} toolchain and op library are not in "
-            "this exporter's runfiles; run it as tools/bazel run //deploy:export"
+            f"--target {target.name} needs the {target.name} toolchain and op library of "
+            "the Bazel build, which this exporter does not have; run tools/bazel run "
+            "//deploy:export in a checkout",
+            EXIT_USAGE,
         )
     library = runfile(target.op_library)
     if library is None:

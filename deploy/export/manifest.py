@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..contract.package_contract import CONTRACT_PATH, CpuFeature
-from .compile import MARCH, load_contract, real_cxx
+from .compile import MARCH, compiler_record, load_contract, real_cxx
 from .errors import ExportError, first_line
 
 
@@ -236,6 +236,9 @@ def make_manifest(
         # cases cpu_features lists every extension the compiler could use.
         "isa": march,
         "cpu_features": cpu_features(real_cxx() if cxx is None else cxx, march, target),
+        # Which compiler built the package's C++: Bazel's toolchain (the sysroot's
+        # glibc floor), or outside Bazel $CXX or g++ (the build machine's).
+        "compiler": compiler_record(cxx),
         "device": device,
         # What the op libraries must register; the loader checks it before the package loads.
         **calls.manifest_fields(),

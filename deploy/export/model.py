@@ -14,7 +14,8 @@ from typing import Any
 
 from .errors import ExportError, first_line
 
-DEFAULT_MODEL = "deploy.default_model:make_model"
+# deploy.default_model in this repository, my_ops.deploy.default_model in the wheel.
+DEFAULT_MODEL = f"{__package__.rpartition('.')[0]}.default_model:make_model"
 
 
 def load_factory(spec: str) -> Callable[..., Any]:

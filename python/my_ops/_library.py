@@ -4,9 +4,10 @@ Search order:
 
 1. an explicit :func:`load_library` call with a path;
 2. the ``MY_OPS_LIBRARY`` environment variable;
-3. Bazel runfiles (``rules_python`` runfiles library, then ``RUNFILES_DIR`` /
+3. ``lib/libmy_ops.so`` inside this package, where the wheel installs it;
+4. Bazel runfiles (``rules_python`` runfiles library, then ``RUNFILES_DIR`` /
    ``TEST_SRCDIR``; see :mod:`my_ops._runfiles`), key ``_main/ops/libmy_ops.so``;
-4. the path relative to this package, ``../../ops/libmy_ops.so``, which is where
+5. the path relative to this package, ``../../ops/libmy_ops.so``, which is where
    the library sits in a Bazel runfiles tree.
 
 Whoever loads the library (this module, ``torch.ops.load_library`` or ``ctypes``), the
@@ -28,6 +29,8 @@ from . import _runfiles
 ENV_VAR = "MY_OPS_LIBRARY"
 RUNFILES_KEY = "_main/ops/libmy_ops.so"
 LIBRARY_NAME = "libmy_ops.so"
+# Where an installed wheel keeps the library, relative to this package.
+PACKAGED_LIBRARY = os.path.join("lib", LIBRARY_NAME)
 
 # Any schema from the TORCH_LIBRARY block: they are all registered together.
 _PROBE_OP = "identity_conv_op"
@@ -52,15 +55,19 @@ class LibraryNotFoundError(ImportError):
 def candidate_paths(package_dir: str | os.PathLike | None = None) -> list[str]:
     """Return the automatic search locations (environment variable first), in order.
 
-    ``package_dir`` defaults to this package's directory; the library is expected at
-    ``<package_dir>/../../ops/libmy_ops.so``, both as written (a symlinked runfiles tree)
-    and with symlinks resolved.
+    ``package_dir`` defaults to this package's directory. The library is expected at
+    ``<package_dir>/lib/libmy_ops.so`` in an installed wheel, and in a Bazel tree at
+    ``<package_dir>/../../ops/libmy_ops.so``, both as written (a symlinked runfiles
+    tree) and with symlinks resolved.
     """
     pkg = Path(package_dir) if package_dir is not None else Path(__file__).parent
     candidates: list[str] = []
     env = os.environ.get(ENV_VAR)
     if env:
         candidates.append(env)
+    # Before the runfiles: a wheel's package uses its own library even when run
+    # from a Bazel target whose runfiles hold another build of it.
+    candidates.append(str(pkg / PACKAGED_LIBRARY))
     candidates.extend(_runfiles.candidates(RUNFILES_KEY))
     candidates.append(os.path.normpath(pkg / ".." / ".." / "ops" / LIBRARY_NAME))
     candidates.append(str((pkg.resolve() / ".." / ".." / "ops" / LIBRARY_NAME).resolve()))

@@ -160,7 +160,8 @@ def test_runfiles_library_comes_before_the_variables(tmp_path, clean_env):
     clean_env.setenv("RUNFILES_DIR", str(tmp_path / "rf"))
     clean_env.setenv("TEST_SRCDIR", str(tmp_path / "srcdir"))
     paths = _library.candidate_paths(tmp_path / "python" / "my_ops")
-    assert paths[:3] == [
+    assert paths[:4] == [
+        str(tmp_path / "python" / "my_ops" / "lib" / "libmy_ops.so"),
         answer,
         str(tmp_path / "rf" / "_main" / "ops" / "libmy_ops.so"),
         str(tmp_path / "srcdir" / "_main" / "ops" / "libmy_ops.so"),
@@ -185,7 +186,20 @@ def test_without_the_runfiles_library_the_variables_are_read(tmp_path, clean_env
     clean_env.setitem(sys.modules, "python.runfiles", None)  # import fails
     clean_env.setenv("TEST_SRCDIR", str(tmp_path / "srcdir"))
     paths = _library.candidate_paths(tmp_path / "python" / "my_ops")
-    assert paths[0] == str(tmp_path / "srcdir" / "_main" / "ops" / "libmy_ops.so")
+    assert paths[1] == str(tmp_path / "srcdir" / "_main" / "ops" / "libmy_ops.so")
+
+
+def test_a_library_inside_the_package_wins_over_runfiles(tmp_path, clean_env, package_copy):
+    # An installed wheel: <site-packages>/my_ops/lib/libmy_ops.so, whatever
+    # runfiles tree the process happens to run in.
+    packaged = package_copy / "my_ops" / "lib" / "libmy_ops.so"
+    packaged.parent.mkdir()
+    packaged.touch()
+    other = tmp_path / "rf" / "_main" / "ops" / "libmy_ops.so"
+    other.parent.mkdir(parents=True)
+    other.touch()
+    clean_env.setenv("RUNFILES_DIR", str(tmp_path / "rf"))
+    assert _library.find_library(package_copy / "my_ops") == str(packaged)
 
 
 def test_found_relative_to_package(tmp_path, clean_env, real_library, package_copy):

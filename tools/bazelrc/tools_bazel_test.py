@@ -69,7 +69,11 @@ def test_debian_bazel_imports_the_debian_rc(workspace: Path):
         text=True,
     )
     assert out.returncode == 0 and out.stdout.startswith("bazel 7.7."), out.stderr
-    assert (workspace / ".bazelrc.host").read_text() == DEBIAN_IMPORT
+    # The scratch workspace has no third_party/rules_python_debian to overlay,
+    # so rules_python is Debian's copy, named here rather than in the Debian rc.
+    assert (workspace / ".bazelrc.host").read_text() == (
+        DEBIAN_IMPORT + "common --override_module=rules_python=/usr/share/bazel/rules/python\n"
+    )
 
 
 def test_debian_rc_overrides_only_what_debian_installs():

@@ -1,0 +1,277 @@
+"""The x86-64 wheel installed into a fresh venv, used from outside the source tree.
+
+The venv gets the locked torch (and the other locked packages) through a .pth file
+naming their folders in the runfiles, not copies, then `pip install --no-index
+--no-deps` of the wheel. Every command runs from a temporary folder with an
+environment that names no runfiles, no MY_OPS_* variable and no PYTHONPATH, so
+whatever works here works because of what the wheel itself holds.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+from wheel_testing import runfile, wheel_path
+
+# A package that exists only in the venv: the user's model imports it.
+_TINY_PACKAGE = "tinyscale"
+_USER_MODEL = """
+import torch
+import tinyscale
+import my_ops
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(32, 32, bias=False)
+        self.bias = torch.nn.Parameter(torch.linspace(-1, 1, 32))
+        self.norm = my_ops.RMSNorm(32)
+
+    def forward(self, x):
+        y = my_ops.fused_bias_gelu(self.linear(x), self.bias)
+        return self.norm(y) * tinyscale.SCALE
+
+
+class Spec:
+    def __init__(self, max_batch):
+        torch.manual_seed(0)
+        self.module = Block()
+        self.example_inputs = (torch.randn(4, 32),)
+        batch = torch.export.Dim("batch", min=1, max=max_batch)
+        self.dynamic_shapes = ({0: batch},)
+        self.max_batch = max_batch
+
+
+def make(max_batch=16):
+    return Spec(max_batch)
+"""
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def _tiny_wheel(folder: Path) -> Path:
+    """tinyscale-1.0-py3-none-any.whl, written here so that it exists nowhere else."""
+    dist = f"{_TINY_PACKAGE}-1.0.dist-info"
+    files = {
+        f"{_TINY_PACKAGE}/__init__.py": b"SCALE = 0.5\n",
+        f"{dist}/METADATA": (
+            f"Metadata-Version: 2.1\nName: {_TINY_PACKAGE}\nVersion: 1.0\n".encode()
+        ),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    record = "\n".join([*(_record_line(n, d) for n, d in files.items()), f"{dist}/RECORD,,"])
+    path = folder / f"{_TINY_PACKAGE}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+        z.writestr(f"{dist}/RECORD", record + "\n")
+    return path
+
+
+def _locked_site_packages() -> list[str]:
+    """The locked wheels' folders on this test's sys.path (torch, numpy, cryptography...).
+
+    Only rules_python's pip repositories: the workspace's own folders, which hold
+    the my_ops sources, must not be importable in the venv.
+    """
+    found = [p for p in sys.path if "rules_python~~pip~pypi_" in p and p.endswith("site-packages")]
+    assert any("pypi_torch" in p for p in found), sys.path
+    return found
+
+
+@pytest.fixture(scope="module")
+def venv(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("wheel")
+    env_dir = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, timeout=300)
+    python = env_dir / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    # A .pth line is a folder appended to sys.path: the locked packages, not copied.
+    (Path(site) / "locked_packages.pth").write_text("\n".join(_locked_site_packages()) + "\n")
+    work = root / "work"
+    work.mkdir()
+    env = {
+        "PATH": f"{env_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(root / "home"),
+        "TMPDIR": str(root),
+        "LANG": "C.UTF-8",
+    }
+    for wheel in (wheel_path(), _tiny_wheel(root)):
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "-q", str(wheel)],
+            check=True,
+            env=env,
+            cwd=work,
+            timeout=600,
+        )
+    return {"root": root, "python": python, "bin": env_dir / "bin", "env": env, "work": work}
+
+
+def _run(venv: dict, *cmd, timeout: int = 900) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(c) for c in cmd],
+        cwd=venv["work"],
+        env=venv["env"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_my_ops_is_the_installed_one(venv) -> None:
+    proc = _run(
+        venv,
+        venv["python"],
+        "-c",
+        "import my_ops, os; print(os.path.realpath(my_ops.__file__)); "
+        "print(os.path.realpath(my_ops.loaded_path()))",
+    )
+    assert proc.returncode == 0, proc.stderr
+    package, library = proc.stdout.split()
+    venv_dir = os.path.realpath(venv["bin"].parent)
+    assert package.startswith(venv_dir + os.sep), package
+    assert library == os.path.join(os.path.dirname(package), "lib", "libmy_ops.so")
+    # Not a file of the source tree or of this test's runfiles.
+    for elsewhere in (os.environ.get("TEST_SRCDIR", ""), os.environ.get("RUNFILES_DIR", "")):
+        if elsewhere:
+            assert not package.startswith(os.path.realpath(elsewhere)), package
+
+
+def test_every_op_from_the_wheel(venv) -> None:
+    script = venv["work"] / "check_installed_ops.py"
+    script.write_bytes(Path(runfile("python/tests/wheel/check_installed_ops.py")).read_bytes())
+    proc = _run(venv, venv["python"], script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ALL OK" in proc.stdout, proc.stdout
+    assert "lib/libmy_ops.so" in proc.stdout
+
+
+@pytest.fixture(scope="module")
+def exported(venv) -> Path:
+    (venv["work"] / "usermodel.py").write_text(_USER_MODEL)
+    out = venv["work"] / "uo"
+    proc = _run(venv, venv["bin"] / "my-ops-export", "--model", "usermodel:make", "--out", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "verify" in proc.stdout, proc.stdout
+    return out
+
+
+def test_export_of_a_model_that_imports_a_venv_only_package(venv, exported: Path) -> None:
+    # The package is importable in the venv only, not in this test's interpreter.
+    with pytest.raises(ImportError):
+        __import__(_TINY_PACKAGE)
+    manifest = json.loads((exported / "manifest.json").read_text())
+    assert manifest["compiler"]["how"].startswith("g++ from PATH"), manifest["compiler"]
+    assert manifest["target"] == "linux-x86_64"
+    assert sorted(os.listdir(exported)) == sorted(
+        ["model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json"]
+    )
+
+
+def test_my_ops_run_runs_the_export(venv, exported: Path) -> None:
+    proc = _run(
+        venv,
+        venv["bin"] / "my-ops-run",
+        "--package",
+        exported / "model.pt2",
+        "--input",
+        exported / "sample_input.pt",
+        "--output",
+        venv["work"] / "output.pt",
+        "--expect",
+        exported / "expected_output.pt",
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (venv["work"] / "output.pt").is_file()
+
+
+def test_my_ops_run_passes_the_loaders_errors_through(venv) -> None:
+    proc = _run(venv, venv["bin"] / "my-ops-run", "--package", "missing.pt2")
+    # The loader's own usage error and exit status (2), not the launcher's.
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("loader: error: "), proc.stderr
+
+
+def test_bundle_from_the_wheel_runs_with_env_i(venv, exported: Path, tmp_path: Path) -> None:
+    tarball = tmp_path / "b.tar.gz"
+    proc = _run(venv, venv["bin"] / "my-ops-bundle", exported, "--out", tarball)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    with tarfile.open(tarball) as tar:
+        modes = {m.name: m.mode for m in tar.getmembers()}
+        tar.extractall(tmp_path / "x", filter="data")
+    top = "my_ops_bundle"
+    # The layout //deploy:bundle has: the same names, with the same modes.
+    with tarfile.open(runfile(os.environ["MY_OPS_BUNDLE"])) as tar:
+        assert modes == {m.name: m.mode for m in tar.getmembers()}
+    assert modes[f"{top}/loader"] == modes[f"{top}/run.sh"] == 0o755
+    libtorch = os.path.dirname(runfile(os.environ["LIBTORCH_LIB"]))
+    # env -i: no Python, no venv, no runfiles; only LibTorch's folder, as on an edge host.
+    proc = subprocess.run(
+        ["env", "-i", f"TMPDIR={tmp_path}", str(tmp_path / "x" / top / "run.sh"), libtorch],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "OK" in proc.stdout
+
+
+def test_bundle_refuses_an_export_whose_package_was_swapped(venv, exported, tmp_path) -> None:
+    swapped = tmp_path / "swapped"
+    swapped.mkdir()
+    for name in os.listdir(exported):
+        (swapped / name).write_bytes((exported / name).read_bytes())
+    with open(swapped / "model.pt2", "ab") as f:
+        f.write(b"\0")
+    tarball = tmp_path / "b.tar.gz"
+    proc = _run(venv, venv["bin"] / "my-ops-bundle", swapped, "--out", tarball)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "does not match manifest" in proc.stderr
+    assert not tarball.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".b.tar.gz")] == []
+
+
+def test_cross_target_from_the_wheel_says_so_in_one_line(venv) -> None:
+    out = venv["work"] / "cross"
+    proc = _run(venv, venv["bin"] / "my-ops-export", "--target", "linux-aarch64", "--out", out)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("export: error: --target linux-aarch64"), lines
+    assert not out.exists()
+
+
+def test_python_dash_m_is_the_same_exporter(venv) -> None:
+    proc = _run(venv, venv["python"], "-m", "my_ops.deploy.export", "--help")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: export "), proc.stdout
+    script = _run(venv, venv["bin"] / "my-ops-export", "--help")
+    assert script.stdout == proc.stdout
+    # And the same flags and text as the Bazel build's exporter.
+    bazel = subprocess.run(
+        [runfile(os.environ["MY_OPS_EXPORTER"]), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bazel.returncode == 0, bazel.stderr
+    assert bazel.stdout == proc.stdout
