@@ -1,10 +1,15 @@
 // The single TORCH_LIBRARY block of the my_ops library: every op schema and the custom class are
-// declared here, and the CUDA kernels registered. Each op folder registers its CPU kernels itself
-// (cpu.cpp, TORCH_LIBRARY_IMPL).
+// declared here, and the CUDA kernels and the autograd entry registered. Each op folder registers
+// its CPU kernels itself (cpu.cpp, TORCH_LIBRARY_IMPL).
 
+#include <ATen/core/LegacyTypeDispatch.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/GradMode.h>
 #include <torch/custom_class.h>
 #include <torch/library.h>
 
+#include <cstring>
+#include <string>
 #include <tuple>
 
 #include "ops/rms_norm_class/rms_norm_class.h"
@@ -17,17 +22,60 @@
 #include "ops/silu_and_mul/silu_and_mul.h"
 #endif
 
+namespace {
+
+// One schema per line so that each stays greppable as a whole.
+// clang-format off
+constexpr const char* kOpSchemas[] = {
+    "identity_conv_op(Tensor x) -> Tensor",
+    "fused_bias_gelu(Tensor x, Tensor bias, str approximate=\"none\") -> Tensor",
+    "rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor",
+    "fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-6) -> (Tensor, Tensor)",
+    "silu_and_mul(Tensor x) -> Tensor",
+    "rotary_embedding(Tensor x, Tensor cos, Tensor sin, bool interleaved=False) -> Tensor",
+};
+// clang-format on
+
+bool needs_gradient(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  if (!c10::GradMode::is_enabled()) return false;
+  for (const c10::IValue& arg : torch::jit::last(stack, op.schema().arguments().size())) {
+    if (arg.isTensor() && arg.toTensor().requires_grad()) return true;
+  }
+  return false;
+}
+
+// Every op's entry at the CPU and CUDA autograd keys. The autograd formulas are Python's
+// (my_ops/ops/<op>.py, torch.library.register_autograd), which registers them at the Autograd
+// alias key; on their own they run on every call, even one whose inputs need no gradient, and a
+// call from an AOTInductor package or from compiled code then costs a trip through Python.
+// Kernels at AutogradCPU and AutogradCUDA take precedence over the alias for those devices: this
+// one goes straight below autograd when no gradient is needed (no grad mode, or no input that
+// requires one), as PyTorch's generated autograd kernels do, and otherwise hands the call to the
+// formula, by redispatching to AutogradOther, a key the alias kernel fills too. Without a Python
+// formula registered, AutogradOther falls back to PyTorch's autograd fallback, as before.
+void autograd_entry(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
+                    torch::jit::Stack* stack) {
+  const c10::DispatchKeySet below_autograd = keys & c10::after_autograd_keyset;
+  if (!needs_gradient(op, *stack)) {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    op.redispatchBoxed(below_autograd, stack);
+    return;
+  }
+  op.redispatchBoxed(below_autograd | c10::DispatchKeySet(c10::DispatchKey::AutogradOther), stack);
+}
+
+}  // namespace
+
 TORCH_LIBRARY(my_ops, m) {
   m.set_python_module("my_ops");  // First, so that errors on a missing fake say "import my_ops".
-  // One schema per line so that each stays greppable as a whole.
-  // clang-format off
-  m.def("identity_conv_op(Tensor x) -> Tensor");
-  m.def("fused_bias_gelu(Tensor x, Tensor bias, str approximate=\"none\") -> Tensor");
-  m.def("rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor");
-  m.def("fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-6) -> (Tensor, Tensor)");
-  m.def("silu_and_mul(Tensor x) -> Tensor");
-  m.def("rotary_embedding(Tensor x, Tensor cos, Tensor sin, bool interleaved=False) -> Tensor");
-  // clang-format on
+  for (const char* schema : kOpSchemas) {
+    m.def(schema);
+    const std::string name(schema, std::strchr(schema, '('));
+    for (c10::DispatchKey key : {c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutogradCUDA}) {
+      m.impl(name.c_str(),
+             torch::dispatch(key, torch::CppFunction::makeFromBoxedFunction<&autograd_entry>()));
+    }
+  }
 
   using my_ops::RMSNorm;
   m.class_<RMSNorm>("RMSNorm")
