@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 from conftest import absolute_from_env
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from deploy.bundle.check import EXIT_FAILURE, BundleError, check_export
 from deploy.contract.package_contract import load as load_contract
 
 EXIT_USAGE = 2
@@ -162,3 +165,47 @@ def test_usage(fx: Fixture) -> None:
     check = absolute_from_env(os.environ["BUNDLE_CHECK"])
     proc = subprocess.run([check, "--ops", str(fx.ops)], capture_output=True, text=True)
     assert proc.returncode == EXIT_USAGE, proc.stderr
+
+
+# Any manifest.json an export folder may hold, as check.py reads it before a
+# bundle is made (bundle_check.py here, my-ops-bundle from the wheel): JSON
+# shaped like a manifest with wrong types anywhere, and arbitrary bytes.
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+_MANIFESTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "format": st.just(MANIFEST_FORMAT) | _JSON,
+        "package": st.fixed_dictionaries({}, optional={"sha256": st.text(max_size=8) | _JSON})
+        | _JSON,
+        "op_libraries": st.lists(
+            st.fixed_dictionaries({}, optional={"sha256": st.text(max_size=8) | _JSON}) | _JSON,
+            max_size=3,
+        )
+        | _JSON,
+    },
+).map(lambda m: json.dumps(m).encode()) | st.binary(max_size=64)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=_MANIFESTS)
+def test_fuzzed_manifest_is_refused_in_one_error(tmp_path_factory, data: bytes) -> None:
+    root = tmp_path_factory.mktemp("fuzz")
+    files = {}
+    for name in CONTRACT.export_files:
+        files[name] = root / name
+        files[name].write_bytes(data if name == "manifest.json" else b"stand-in")
+    ops = root / "libmy_ops.so"
+    ops.write_bytes(b"library")
+    # Either a verdict (a BundleError with its exit status) or, only for a
+    # manifest that vouches for both files, the manifest back: nothing else escapes.
+    try:
+        manifest = check_export(files, ops)
+    except BundleError as e:
+        assert e.code in (EXIT_FAILURE, EXIT_MISMATCH), e.code
+        assert "\n" not in str(e)
+    else:
+        assert manifest["package"]["sha256"] == sha256(b"stand-in")
