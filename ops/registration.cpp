@@ -24,7 +24,9 @@
 
 namespace {
 
-// One schema per line so that each stays greppable as a whole.
+// One schema per line so that each stays greppable as a whole. The AOTInductor C shims of every
+// op (aoti_torch_cpu_<op>, aoti_torch_cuda_<op>) are generated from this array at build time
+// (tools/torch/c_shims.py), which reads it as plain string literals: keep it so.
 // clang-format off
 constexpr const char* kOpSchemas[] = {
     "identity_conv_op(Tensor x) -> Tensor",
@@ -77,6 +79,8 @@ TORCH_LIBRARY(my_ops, m) {
     }
   }
 
+  // The class's methods have no C shims: a package calls them through AOTInductor's
+  // ProxyExecutor (call_torchbind), which aot_inductor.custom_ops_to_c_shims does not cover.
   using my_ops::RMSNorm;
   m.class_<RMSNorm>("RMSNorm")
       // Named arguments, so a wrong argument is reported by its name.

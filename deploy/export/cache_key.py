@@ -31,7 +31,13 @@ class CacheKeys:
     def package(self, options: dict[str, Any], inductor_config: dict[str, Any]) -> str:
         # cpp.cxx is a path inside the toolchain folder; the toolchain key
         # already covers the compiler behind it.
-        mine = {k: v for k, v in options.items() if k != "cpp.cxx"}
+        # Dict options keyed by objects (custom_ops_to_c_shims: OpOverload -> declarations)
+        # by their names, which JSON can sort.
+        mine = {
+            k: {str(key): value for key, value in v.items()} if isinstance(v, dict) else v
+            for k, v in options.items()
+            if k != "cpp.cxx"
+        }
         return digest(
             {
                 "format": CACHE_FORMAT,

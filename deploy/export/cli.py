@@ -36,6 +36,7 @@ class Options:
     isa: str
     max_batch: int
     inductor_options: tuple[str, ...]  # KEY=VALUE, parsed once the export has started
+    c_shims: bool  # call the op library's C shims, not the ProxyExecutor (--no-c-shims)
     cache: CacheOptions | None  # None: --no-cache
     profile_compile: bool
     signing_key: str | None  # absolute
@@ -125,6 +126,14 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         "else a string). Part of the cache key",
     )
     p.add_argument(
+        "--no-c-shims",
+        action="store_true",
+        help="call every custom op through AOTInductor's ProxyExecutor (the call described "
+        "in JSON and dispatched at run time), as packages did before C shims, instead of as a "
+        "direct C function of the op library (default: C shims for every op the library "
+        "has them for)",
+    )
+    p.add_argument(
         "--cache-dir",
         default=None,
         metavar="DIR",
@@ -209,6 +218,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         isa=args.isa,
         max_batch=args.max_batch,
         inductor_options=tuple(args.inductor_option),
+        c_shims=not args.no_c_shims,
         cache=cache,
         profile_compile=args.profile_compile,
         signing_key=user_path(args.signing_key),

@@ -109,14 +109,24 @@ class PackageCalls:
     ops: (name, schema) per op, name as "ns::op" or "ns::op.overload" (OpOverload.name()).
     classes: (name, ((method, schema), ...)) per custom class, name as "ns::Class".
     Each sorted by name, so the same program always gives the same manifest.
+    c_shims: (op name, C function) for each op the package calls as a C shim
+    (c_shims.py) rather than through the ProxyExecutor; the op's entry in "ops"
+    names the function ("c_shim"), which the loader finds in the op libraries
+    before it loads the package.
     """
 
     ops: tuple[tuple[str, str], ...]
     classes: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+    c_shims: tuple[tuple[str, str], ...] = ()
 
     def manifest_fields(self) -> dict[str, Any]:
+        shims = dict(self.c_shims)
         return {
-            "ops": [{"name": name, "schema": schema} for name, schema in self.ops],
+            "ops": [
+                {"name": name, "schema": schema}
+                | ({"c_shim": shims[name]} if name in shims else {})
+                for name, schema in self.ops
+            ],
             "classes": [
                 {"name": name, "methods": [{"name": m, "schema": s} for m, s in methods]}
                 for name, methods in self.classes
@@ -135,12 +145,13 @@ def _custom_class_name(qualified: str) -> str:
     return f"{parts[0]}::{parts[1]}"
 
 
-def package_calls(program: Any) -> PackageCalls:
+def package_calls(program: Any, c_shims: dict[Any, str] | None = None) -> PackageCalls:
     """The custom ops and classes an ExportedProgram calls, its subgraphs' included.
 
     Classes are those of the script objects the program holds (its constants);
     a method's schema comes from such an object, as the loader reads it from
-    the class the op library registers.
+    the class the op library registers. c_shims maps each OpOverload the
+    package calls as a C shim to the shim's name.
     """
     import torch
 
@@ -179,7 +190,13 @@ def package_calls(program: Any) -> PackageCalls:
     for qualified, methods in called.items():
         schemas = tuple((m, str(objects[qualified]._get_method(m).schema)) for m in sorted(methods))
         classes.append((_custom_class_name(qualified), schemas))
-    return PackageCalls(ops=tuple(sorted(ops.items())), classes=tuple(sorted(classes)))
+    shims = tuple(sorted((op.name(), name) for op, name in (c_shims or {}).items()))
+    unknown = [op for op, _ in shims if op not in ops]
+    if unknown:
+        raise ExportError(f"C shims given for ops the program does not call: {', '.join(unknown)}")
+    return PackageCalls(
+        ops=tuple(sorted(ops.items())), classes=tuple(sorted(classes)), c_shims=shims
+    )
 
 
 def sha256_file(path: str) -> str:

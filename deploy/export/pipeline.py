@@ -51,6 +51,11 @@ compiler, target and options, takes its package from ~/.cache/my_ops/inductor
 (--cache-dir, --no-cache; see cache.py) and is verified as usual.
 --profile-compile prints where the compile stage's time went.
 
+Custom ops: the package calls each op of the op library as a C function the
+library defines (a C shim, see c_shims.py), not through AOTInductor's
+ProxyExecutor; manifest.json names the function beside the op. --no-c-shims
+exports the ProxyExecutor calls instead.
+
 Custom models: --model package.module:factory, see deploy/default_model.py for
 the factory protocol.
 """
@@ -64,6 +69,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .c_shims import INDUCTOR_OPTION as C_SHIMS_OPTION
+from .c_shims import c_shims, shim_name
 from .cache import Cache, bytecode_in
 from .cache_key import (
     CacheKeys,
@@ -160,12 +167,14 @@ def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) 
             toolchain = None
             bindir = os.path.join(tmp, "bin")
         package = os.path.join(stage, "model.pt2")
+        shims = _c_shims(ep, opts) if opts.c_shims else {}
         cxx, compiler = write_cxx_wrapper(bindir)
         print(f"compiler: {compiler}", flush=True)
         build.announce()
         options = (
             inductor_options(opts.device, opts.isa, cxx, input_signature(ep), cross=build.cross)
             | keep_precompiled_headers(os.path.join(toolchain, "headers") if toolchain else None)
+            | {C_SHIMS_OPTION: shims}
             | extra_options
         )
         package_key = keys.package(options, inductor_config()) if keys else None
@@ -203,7 +212,9 @@ def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) 
             expected = to_device(as_tuple(module(*sample)), "cpu")
         torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
         torch.save(expected, os.path.join(stage, "expected_output.pt"))
-        build.write_manifest(stage, package, opts.isa, opts.device, signing_key, package_calls(ep))
+        shim_names = {op: shim_name(op, opts.device) for op in options[C_SHIMS_OPTION]}
+        calls = package_calls(ep, shim_names)
+        build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls)
 
         publish(stage, opts.out, work)
         published = True
@@ -251,6 +262,16 @@ def _cache_keys(device: str, isa: str, target: str, build: Build, ep: Any) -> Ca
         program_sha256=program_sha256(ep),
         exporter_sha256=exporter_sha256(),
     )
+
+
+def _c_shims(ep: Any, opts: Options) -> dict[Any, list[str]]:
+    import my_ops
+
+    try:
+        op_library = my_ops.load_library()
+    except ImportError as e:
+        raise ExportError(f"cannot find the op library for its C shims: {first_line(e)}") from e
+    return c_shims(ep, opts.device, op_library)
 
 
 def _cache_note(cache: Cache | None, cached: bytes | None) -> str:

@@ -32,6 +32,8 @@ the current folder (under `bazel run`, to the folder it was started from).
   --ops LIB.so      custom-op library to load before the package; repeatable.
                     Always a path (a bare name means ./NAME). Default:
                     libmy_ops.so beside the loader, else in its Bazel runfiles.
+                    Loaded into the global scope: a package calls each op as
+                    the C function the manifest names beside it (its C shim).
   --package FILE    AOTInductor package (.pt2).
   --input FILE      torch.save file holding a tensor or a tuple/list of tensors.
   --output FILE     written with torch.save as a tuple of tensors; created
@@ -78,8 +80,8 @@ Exit status (one line on stderr for every error):
      folder on a noexec file system, a write to a closed standard output)
   2  bad command line (also a flag given twice, or one op library twice)
   3  op library missing, unreadable, a symbolic link, or cannot be loaded, or
-     the op libraries lack an op or class the manifest names (or register an
-     op or method with another schema)
+     the op libraries lack an op, C shim or class the manifest names (or
+     register an op or method with another schema)
   4  package file missing, unreadable or a symbolic link
   5  package corrupt or not an AOTInductor package (not a zip, truncated,
      unsafe entry names, a zip64 record that disagrees with the classic one,

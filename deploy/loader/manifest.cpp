@@ -162,14 +162,18 @@ std::string schema_member(const Json& entry, const std::string& name, const std:
   return schema;
 }
 
-// "ops": [{"name": "ns::op", "schema": "ns::op(...) -> ..."}, ...]
+// The prefix of every AOTInductor C shim (aoti_torch_<device>_<op>).
+constexpr const char* kCShimPrefix = "aoti_torch_";
+
+// "ops": [{"name": "ns::op", "schema": "ns::op(...) -> ...", "c_shim": "aoti_torch_..."}, ...],
+// "c_shim" only for an op the package calls as a C function.
 std::vector<RequiredOp> ops_member(const Json& root) {
   const std::string ctx = "'ops': ";
   std::vector<RequiredOp> ops;
   std::set<std::string> seen;
   for (const auto& entry : array_member(root, "ops", kMaxRequiredOps, "")) {
     if (!entry.is_object()) throw ManifestError(ctx + "each entry must be an object");
-    only_members(entry, {"name", "schema"}, ctx);
+    only_members(entry, {"name", "schema", "c_shim"}, ctx);
     RequiredOp op;
     op.name = string_member(entry, "name", ctx);
     if (!is_qualified_name(op.name, true)) {
@@ -178,6 +182,15 @@ std::vector<RequiredOp> ops_member(const Json& root) {
     }
     if (!seen.insert(op.name).second) throw ManifestError(ctx + op.name + " is listed twice");
     op.schema = schema_member(entry, op.name, ctx);
+    if (entry.contains("c_shim")) {
+      op.c_shim = string_member(entry, "c_shim", ctx);
+      // Looked up with dlsym(): only a name of AOTI's shim family, never an arbitrary symbol.
+      if (op.c_shim.size() > kMaxRegistrationNameBytes || !is_identifier(op.c_shim) ||
+          op.c_shim.rfind(kCShimPrefix, 0) != 0) {
+        throw ManifestError(ctx + "'c_shim' of " + op.name + " must be a C function named " +
+                            kCShimPrefix + "..., not " + single_quoted(op.c_shim));
+      }
+    }
     ops.push_back(std::move(op));
   }
   return ops;

@@ -44,6 +44,9 @@ struct FileDigest {
 struct RequiredOp {
   std::string name;
   std::string schema;
+  // The C function the package calls for this op ("aoti_torch_cpu_<op>"), which the op
+  // libraries must define; empty when the package calls the op through AOTI's ProxyExecutor.
+  std::string c_shim;
 };
 
 // A method of a custom class the package calls, and its schema as torch prints it.

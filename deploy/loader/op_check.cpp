@@ -1,6 +1,7 @@
 #include "deploy/loader/op_check.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <dlfcn.h>
 #include <torch/custom_class.h>
 
 #include "deploy/loader/failure.h"
@@ -48,6 +49,13 @@ void check_op(const RequiredOp& op, const std::string& where) {
   if (found != op.schema) {
     fail(kOpsLibrary, "op " + op.name + " has another schema than the package was exported with (" +
                           where + "): expected " + quoted(op.schema) + ", found " + quoted(found));
+  }
+  // Looked up as the package's .so will be when AOTI dlopens it: in the global scope, where
+  // the op libraries were loaded. Without this, that dlopen fails with "undefined symbol".
+  if (!op.c_shim.empty() && ::dlsym(RTLD_DEFAULT, op.c_shim.c_str()) == nullptr) {
+    fail(kOpsLibrary, "no op library defines " + op.c_shim + ", the C shim of op " + op.name +
+                          " that the package calls (" + where +
+                          "): use the library it was exported with, or export with --no-c-shims");
   }
 }
 

@@ -15,6 +15,7 @@ namespace my_ops::loader {
 
 // Fails with kOpsLibrary: one line naming the op (or class or method), the schema expected and
 // the one found (or that there is none), and `op_libraries`, the paths as the user gave them.
+// An op the package calls as a C shim must also have that function in the global scope.
 void check_registrations(const Registrations& needed, const std::vector<std::string>& op_libraries);
 
 }  // namespace my_ops::loader

@@ -58,9 +58,11 @@ void load_op_libraries(const std::vector<VerifiedCopy>& libraries) {
     // A LibTorch error in the library's static initialisers ends the process from inside
     // dlopen(); the stage turns that into this library's one line and exit 3.
     Stage stage(kOpsLibrary, "cannot load op library " + lib.source);
-    // RTLD_LOCAL keeps the library's own symbols out of the global scope; the registry is what
-    // the package needs. The handle is never closed: registrations must outlive every run.
-    if (::dlopen(fd_path(lib).c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
+    // RTLD_GLOBAL: a package exported with C shims calls aoti_torch_<device>_<op> functions
+    // that its .so leaves undefined, and the dynamic linker looks for them in the global scope
+    // when AOTI loads it (check_registrations makes sure they are there first). The handle is
+    // never closed: registrations must outlive every run.
+    if (::dlopen(fd_path(lib).c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
       const char* err = ::dlerror();
       std::string why = err ? err : "?";
       fail(kOpsLibrary,
@@ -89,13 +91,24 @@ std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const Veri
         /*device_index=*/-1);
   } catch (const std::exception& e) {
     const std::string msg = reason(stage, e);
+    // dlopen()'s text for a C shim no loaded library defines (only reachable with --no-verify:
+    // otherwise check_registrations found it missing first).
+    const std::string undefined_shim = "undefined symbol: aoti_torch_";
+    const size_t shim = msg.find(undefined_shim);
     const bool ops = msg.find("Couldn't resolve") != std::string::npos ||
                      msg.find("Could not find schema") != std::string::npos ||
-                     msg.find("Unknown builtin op") != std::string::npos;
+                     msg.find("Unknown builtin op") != std::string::npos ||
+                     shim != std::string::npos;
     if (!ops) fail(kPackageCorrupt, "cannot load package " + package.source + ": " + msg);
-    // torch's "Couldn't resolve type" text puts the type name after the '?'.
-    auto q = msg.rfind('?');
-    std::string what = q != std::string::npos && q + 1 < msg.size() ? msg.substr(q + 1) : msg;
+    std::string what;
+    if (shim != std::string::npos) {
+      const size_t name = shim + undefined_shim.size() - std::string("aoti_torch_").size();
+      what = "C function " + msg.substr(name, msg.find_first_of(" \t\n", name) - name);
+    } else {
+      // torch's "Couldn't resolve type" text puts the type name after the '?'.
+      auto q = msg.rfind('?');
+      what = q != std::string::npos && q + 1 < msg.size() ? msg.substr(q + 1) : msg;
+    }
     fail(kOpsLibrary, "the op libraries do not provide " + what + ", which the package needs");
   }
 }

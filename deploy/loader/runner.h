@@ -13,9 +13,10 @@
 
 namespace my_ops::loader {
 
-// dlopen()s each verified copy through its descriptor. The package resolves custom ops and
-// classes through the global registry the libraries' static initialisers fill in, so this comes
-// first. Fails with kOpsLibrary.
+// dlopen()s each verified copy through its descriptor, into the global scope. The package
+// resolves custom ops and classes through the global registry the libraries' static
+// initialisers fill in, and its C shims through the global symbol scope, so this comes first.
+// Fails with kOpsLibrary.
 void load_op_libraries(const std::vector<VerifiedCopy>& libraries);
 
 // LibTorch's CUDA backend, which registers AOTI's CUDA model runner. The loader links only

@@ -177,7 +177,7 @@ def loader_error_lines(stderr: str) -> list[str]:
     return [line for line in error_lines(stderr) if not line.startswith(NO_VERIFY_WARNING)]
 
 
-def _package_folder(variable: str, target: str) -> Path:
+def package_folder(variable: str, target: str) -> Path:
     """The folder of an export_package target whose files `variable` lists ($(rootpaths))."""
     value = os.environ.get(variable)
     if not value:
@@ -193,7 +193,7 @@ def _package_folder(variable: str, target: str) -> Path:
 @pytest.fixture(scope="session")
 def default_package() -> Path:
     """The folder of //deploy:default_package (exported at build time)."""
-    return _package_folder("MY_OPS_DEFAULT_PACKAGE", "//deploy:default_package")
+    return package_folder("MY_OPS_DEFAULT_PACKAGE", "//deploy:default_package")
 
 
 @pytest.fixture
@@ -225,4 +225,4 @@ def exported() -> Path:
     A signed export run by the CLI itself, its printed stages and what it leaves
     behind, are checked in test_export_cache_e2e.py.
     """
-    return _package_folder("MY_OPS_SIGNED_PACKAGE", "//deploy:signed_package")
+    return package_folder("MY_OPS_SIGNED_PACKAGE", "//deploy:signed_package")

@@ -11,6 +11,7 @@ proven on every run, or reported broken.
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,14 @@ def environment(tmpdir: Path) -> dict[str, str]:
         "TMPDIR": str(tmpdir),
         "LD_LIBRARY_PATH": qemu.library_path(libtorch_lib()),
     }
+
+
+def run(prefix: Path, argv: list[str], tmpdir: Path) -> subprocess.CompletedProcess:
+    """Runs a linux-aarch64 program under qemu with `environment(tmpdir)`, output captured."""
+    return subprocess.run(
+        command(prefix, argv),
+        env=environment(tmpdir),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -86,13 +85,7 @@ def test_each_op_matches_its_float64_reference(exported: Path, batch: int, tmp_p
         "--output",
         str(out),
     ]
-    result = subprocess.run(
-        qemu_aarch64.command(prefix, argv),
-        env=qemu_aarch64.environment(tmp_path / "tmp"),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = qemu_aarch64.run(prefix, argv, tmp_path / "tmp")
     assert result.returncode == 0, result.stderr
     got = torch.load(out)
     want = aarch64_ops_model.reference(aarch64_ops_model.OpsModel(), *inputs)

@@ -1,16 +1,15 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
 #include <ATen/core/Tensor.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <type_traits>
 
+#include "ops/common/cpu_kernel.h"
 #include "ops/fused_bias_gelu/fused_bias_gelu.h"
 
 namespace my_ops {
@@ -128,7 +127,8 @@ void bias_gelu_kernel(const at::Tensor& x, const at::Tensor& acc_bias, at::Tenso
   const int64_t row_length = x.size(-1);
   // Splitting the flat range (rather than rows) keeps every thread busy even when there are fewer
   // rows than threads; each chunk is then walked one row-segment at a time.
-  at::parallel_for(0, x.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+  const int64_t numel = x.numel();
+  parallel_for_work(0, numel, at::internal::GRAIN_SIZE, numel, [&](int64_t begin, int64_t end) {
     int64_t i = begin;
     while (i < end) {
       const int64_t col = i % row_length;
@@ -143,7 +143,7 @@ at::Tensor fused_bias_gelu_cpu(const at::Tensor& x, const at::Tensor& bias,
                                c10::string_view approximate) {
   const GeluApproximation approx = check_fused_bias_gelu_args(x, bias, approximate);
   const at::Tensor x_contig = x.contiguous();
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = empty_cpu_like(x, x.sizes());
   if (out.numel() == 0) {
     return out;
   }
@@ -151,7 +151,7 @@ at::Tensor fused_bias_gelu_cpu(const at::Tensor& x, const at::Tensor& bias,
       at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "fused_bias_gelu_cpu", [&] {
         using acc_t = at::opmath_type<scalar_t>;
         // Widening the (short) bias once up front saves a conversion per element in the kernel.
-        const at::Tensor acc_bias = bias.to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
+        const at::Tensor acc_bias = contiguous_as(bias, c10::CppTypeToScalarType<acc_t>::value);
         if (approx == GeluApproximation::kNone) {
           bias_gelu_kernel<scalar_t, GeluApproximation::kNone>(x_contig, acc_bias, out);
         } else {

@@ -1,11 +1,9 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
 #include <ATen/core/Tensor.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -14,6 +12,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "ops/common/cpu_kernel.h"
 #include "ops/rms_norm/rms_norm.h"
 
 namespace my_ops {
@@ -126,8 +125,7 @@ void rms_norm_kernel(const at::Tensor& x, const at::Tensor& residual, const at::
       at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "rms_norm_cpu", [&] {
         using acc_t = at::opmath_type<scalar_t>;
         // Widening the (short) weight once up front saves a conversion per element in the kernel.
-        const at::Tensor acc_weight =
-            weight.to(c10::CppTypeToScalarType<acc_t>::value).contiguous();
+        const at::Tensor acc_weight = contiguous_as(weight, c10::CppTypeToScalarType<acc_t>::value);
         const scalar_t* x_data = x.const_data_ptr<scalar_t>();
         const scalar_t* residual_data =
             kHasResidual ? residual.const_data_ptr<scalar_t>() : nullptr;
@@ -136,7 +134,7 @@ void rms_norm_kernel(const at::Tensor& x, const at::Tensor& residual, const at::
         scalar_t* sum_data = kHasResidual ? sum_out.mutable_data_ptr<scalar_t>() : nullptr;
         const acc_t acc_eps = static_cast<acc_t>(eps);
         const int64_t rows_per_grain = std::max<int64_t>(1, at::internal::GRAIN_SIZE / n);
-        at::parallel_for(0, rows, rows_per_grain, [&](int64_t begin, int64_t end) {
+        parallel_for_work(0, rows, rows_per_grain, rows * n, [&](int64_t begin, int64_t end) {
           for (int64_t row = begin; row < end; ++row) {
             const int64_t offset = row * n;
             rms_norm_row<scalar_t, kHasResidual>(
@@ -150,7 +148,7 @@ void rms_norm_kernel(const at::Tensor& x, const at::Tensor& residual, const at::
 at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps) {
   check_rms_norm_args(x, weight, eps);
   const at::Tensor x_contig = x.contiguous();
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = empty_cpu_like(x, x.sizes());
   at::Tensor no_sum;
   if (x.numel() != 0) {
     rms_norm_kernel</*kHasResidual=*/false>(x_contig, at::Tensor(), weight, eps, out, no_sum);
@@ -162,9 +160,8 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(const at::Tensor& x,
                                                           const at::Tensor& residual,
                                                           const at::Tensor& weight, double eps) {
   check_fused_add_rms_norm_args(x, residual, weight, eps);
-  const auto out_options = x.options().memory_format(at::MemoryFormat::Contiguous);
-  at::Tensor out = at::empty(x.sizes(), out_options);
-  at::Tensor sum_out = at::empty(x.sizes(), out_options);
+  at::Tensor out = empty_cpu_like(x, x.sizes());
+  at::Tensor sum_out = empty_cpu_like(x, x.sizes());
   if (x.numel() != 0) {
     rms_norm_kernel</*kHasResidual=*/true>(x.contiguous(), residual.contiguous(), weight, eps, out,
                                            sum_out);

@@ -1,17 +1,16 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
 #include <ATen/core/Tensor.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <type_traits>
 #include <utility>
 
+#include "ops/common/cpu_kernel.h"
 #include "ops/rotary_embedding/rotary_embedding.h"
 
 namespace my_ops {
@@ -145,7 +144,7 @@ void rotary_kernel(const at::Tensor& x, const at::Tensor& acc_cos, const at::Ten
   const int64_t row_length = 2 * shape.half;
   const int64_t rows = x.numel() / row_length;
   const int64_t grain = std::max<int64_t>(1, at::internal::GRAIN_SIZE / row_length);
-  at::parallel_for(0, rows, grain, [&](int64_t begin, int64_t end) {
+  parallel_for_work(0, rows, grain, rows * row_length, [&](int64_t begin, int64_t end) {
     for (int64_t row = begin; row < end; ++row) {
       // Rows run over [..., seq, heads]: the position is the seq index.
       const int64_t offset = ((row / shape.heads) % shape.seq) * shape.half;
@@ -160,7 +159,7 @@ at::Tensor rotary_embedding_cpu(const at::Tensor& x, const at::Tensor& cos, cons
                                 bool interleaved) {
   const RotaryShape shape = check_rotary_embedding_args(x, cos, sin);
   const at::Tensor x_contig = x.contiguous();
-  at::Tensor out = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = empty_cpu_like(x, x.sizes());
   if (out.numel() == 0) {
     return out;
   }
@@ -170,8 +169,8 @@ at::Tensor rotary_embedding_cpu(const at::Tensor& x, const at::Tensor& cos, cons
         // The tables are read once per head and leading index: widening them once up front saves
         // a conversion per element in the kernel.
         const auto acc_type = c10::CppTypeToScalarType<acc_t>::value;
-        const at::Tensor acc_cos = cos.to(acc_type).contiguous();
-        const at::Tensor acc_sin = sin.to(acc_type).contiguous();
+        const at::Tensor acc_cos = contiguous_as(cos, acc_type);
+        const at::Tensor acc_sin = contiguous_as(sin, acc_type);
         if (interleaved) {
           rotary_kernel<scalar_t, true>(x_contig, acc_cos, acc_sin, out, shape);
         } else {

@@ -1,16 +1,15 @@
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
-#include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>  // at::internal::GRAIN_SIZE
 #include <ATen/core/Tensor.h>
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
-#include <ATen/ops/empty.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <type_traits>
 
+#include "ops/common/cpu_kernel.h"
 #include "ops/silu_and_mul/silu_and_mul.h"
 
 namespace my_ops {
@@ -76,7 +75,8 @@ void silu_and_mul_kernel(const at::Tensor& x, at::Tensor& out) {
   const int64_t d = out.size(-1);
   // Parallel over the flat output rather than over rows, so that a few long rows use every thread
   // as well as many short ones do; each chunk walks the row pieces it covers.
-  at::parallel_for(0, out.numel(), at::internal::GRAIN_SIZE, [&](int64_t begin, int64_t end) {
+  const int64_t numel = out.numel();
+  parallel_for_work(0, numel, at::internal::GRAIN_SIZE, numel, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end;) {
       const int64_t row = i / d;
       const int64_t col = i - row * d;
@@ -91,7 +91,7 @@ void silu_and_mul_kernel(const at::Tensor& x, at::Tensor& out) {
 at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
   const std::vector<int64_t> out_sizes = check_silu_and_mul_args(x);
   const at::Tensor x_contig = x.contiguous();
-  at::Tensor out = at::empty(out_sizes, x.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor out = empty_cpu_like(x, out_sizes);
   if (out.numel() == 0) {
     return out;
   }

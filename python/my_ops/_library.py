@@ -18,6 +18,7 @@ copy of the library is never opened: its TORCH_LIBRARY block would abort the pro
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from pathlib import Path
@@ -127,9 +128,25 @@ def _library_in_process() -> str | None:
     return named[0] if len(named) == 1 else None
 
 
+def _make_global(path: str) -> None:
+    """Put the loaded library's symbols in the global scope (RTLD_NOLOAD: never a new copy).
+
+    An AOTInductor package exported with C shims calls aoti_torch_<device>_<op>
+    functions that its .so leaves undefined; the dynamic linker finds them only
+    in a library loaded with RTLD_GLOBAL, and torch.ops.load_library (ctypes)
+    loads with RTLD_LOCAL.
+    """
+    try:
+        ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_NOW | os.RTLD_GLOBAL)
+    except OSError:
+        pass  # not loaded under this name: the package's load then names the missing shim
+
+
 def _mark_loaded(path: str | None) -> None:
     global _loaded, _loaded_path
     _loaded, _loaded_path = True, path
+    if path is not None:
+        _make_global(path)
     for hook in _post_load_hooks:
         hook()
 
@@ -148,6 +165,7 @@ def _do_load(path: str) -> str:
         if _loaded_path is None and real in _mapped_files():
             # Registered by a file this module could not name until now.
             _loaded_path = real
+            _make_global(real)
         if _loaded_path == real:
             return real
         source = repr(_loaded_path) if _loaded_path else "a library that cannot be identified"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import subprocess
@@ -273,6 +274,54 @@ def test_every_op_has_a_kernel_for_each_backend_built(real_library, key):
     built = key == "CPU" or os.environ["MY_OPS_CUDA_KERNELS"] == "1"
     wrong = [op for op in ops if torch._C._dispatch_has_kernel_for_dispatch_key(op, key) != built]
     assert not wrong, f"{key} kernel {'missing' if built else 'unexpected'} for {wrong}"
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_every_op_has_a_c_shim_for_each_backend_built(real_library, device):
+    # The functions an AOTInductor package calls for our ops (tools/torch/c_shims.py), defined by
+    # the library itself: a name torch's own libraries define would win over ours at load time.
+    my_ops.load_library(real_library)
+    ops = sorted(
+        s.name[len("my_ops::") :]
+        for s in torch._C._jit_get_all_schemas()
+        if s.name.startswith("my_ops::")
+    )
+    built = device == "cpu" or os.environ["MY_OPS_CUDA_KERNELS"] == "1"
+    ours = ctypes.CDLL(real_library, mode=os.RTLD_NOLOAD)
+    torch_libs = [ctypes.CDLL(p, mode=os.RTLD_NOLOAD) for p in _torch_libraries()]
+    for op in ops:
+        name = f"aoti_torch_{device}_{op}"
+        assert _defines(ours, name) == built, f"{name} {'missing' if built else 'unexpected'}"
+        assert not any(_defines(lib, name) for lib in torch_libs), f"torch defines {name} too"
+
+
+def _torch_libraries() -> list[str]:
+    """torch's own shared libraries that AOTInductor's shims come from, as loaded here."""
+    names = {"libtorch_cpu.so", "libtorch_cuda.so"}
+    return [p for p in _library._mapped_files() if os.path.basename(p) in names]
+
+
+def _defines(library: ctypes.CDLL, name: str) -> bool:
+    """Whether `library` itself defines `name` (dlsym also searches what it links)."""
+    try:
+        address = ctypes.cast(getattr(library, name), ctypes.c_void_p).value
+    except AttributeError:
+        return False
+    info = _DlInfo()
+    _libc.dladdr(ctypes.c_void_p(address), ctypes.byref(info))
+    return os.path.realpath(info.dli_fname.decode()) == os.path.realpath(library._name)
+
+
+class _DlInfo(ctypes.Structure):
+    _fields_ = [
+        ("dli_fname", ctypes.c_char_p),
+        ("dli_fbase", ctypes.c_void_p),
+        ("dli_sname", ctypes.c_char_p),
+        ("dli_saddr", ctypes.c_void_p),
+    ]
+
+
+_libc = ctypes.CDLL(None)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import os
 import threading
 
 import pytest
@@ -131,7 +133,7 @@ def test_ops_from_eight_threads(device):
         raise errors[0]
 
 
-def test_every_op_in_the_library_has_a_spec():
+def test_every_op_in_the_library_has_a_spec_and_a_c_shim():
     # A schema in registration.cpp without a Python module would escape every suite.
     schemas = {
         s.name.split("::")[1]
@@ -140,6 +142,11 @@ def test_every_op_in_the_library_has_a_spec():
     }
     assert schemas == {spec.name for spec in SPECS}
     assert all(tensor_args(make_args(spec, (2, 3), torch.float32, "cpu")) for spec in SPECS)
+    # ... and without the C function an exported package calls it through (AOTInductor names
+    # it aoti_torch_<device>_<op>), every package would fall back to the ProxyExecutor.
+    library = ctypes.CDLL(my_ops.load_library(), mode=os.RTLD_NOLOAD)
+    missing = sorted(op for op in schemas if not hasattr(library, f"aoti_torch_cpu_{op}"))
+    assert not missing, f"libmy_ops.so has no C shim for {missing}"
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ CUDA_TOOLKIT = "third_party/rules_cuda/cuda/private/cuda_toolkit.py"
 KINDS = {"cpp": ["*.cpp"], "cu": ["*.cu"], "hdr": ["*.h", "*.cuh"]}
 SYSTEM_INCLUDES = (Path("/usr/include"), Path("/usr/local/include"))
 LIBRARY = "libmy_ops.so"
+# The generated C shims, as torch_op_library names them for //ops:my_ops.
+C_SHIMS = "ops/my_ops_c_shims.cpp"
 # Where the search looks after nvcc on PATH (/usr/local/cuda); tests point it elsewhere.
 DEFAULT_ROOT_VAR = "GPU_CHECK_DEFAULT_CUDA_ROOT"
 
@@ -222,6 +224,7 @@ def _find(env_var: str, repo_glob: str, *files: str) -> tuple[Path, str] | None:
 class BuildPlan:
     """The build's commands, in the order they start."""
 
+    shims: list[str]  # writes the op library's C shims (C_SHIMS), before any compile
     compiles: dict[str, list[str]]  # source: its compile, nvcc's (the slowest) first
     objects: list[Path]
     link: list[str]
@@ -229,7 +232,7 @@ class BuildPlan:
     loader: list[str]
 
     def commands(self) -> list[list[str]]:
-        return [*self.compiles.values(), self.link, self.contract, self.loader]
+        return [self.shims, *self.compiles.values(), self.link, self.contract, self.loader]
 
 
 def _loader_commands(run: Run, cxx_flags: list[str], torch_link: list[str]):
@@ -295,19 +298,27 @@ def plan_build(run: Run) -> BuildPlan:
     copts = [*copts, *flags["TORCH_OP_LIBRARY_CUDA_COPTS"]] if cuda else copts
     for src in sources["cpp"]:
         jobs[src] = [cxx, *cxx_flags, *copts, "-c", str(ROOT / src)]
+    # torch_op_library's genrule: every op's AOTInductor C shims, from the registration file.
+    shims_cpp = run.work / "gen" / C_SHIMS
+    shims = [sys.executable, "tools/torch/c_shims.py", "ops/registration.cpp", str(shims_cpp)]
+    jobs[C_SHIMS] = [cxx, *cxx_flags, *copts, "-c", str(shims_cpp)]
     objects = [run.work / (src.replace("/", "__") + ".o") for src in jobs]
     for cmd, obj in zip(jobs.values(), objects, strict=True):
         cmd += ["-o", str(obj)]
     link = [cxx, "-shared", "-o", str(run.work / LIBRARY), *map(str, objects)]
     link += [*flags["TORCH_OP_LIBRARY_LINKOPTS"], *torch_link, *cudart]
     contract, loader = _loader_commands(run, cxx_flags, torch_link)
-    return BuildPlan(jobs, objects, link, contract, loader)
+    return BuildPlan(shims, jobs, objects, link, contract, loader)
 
 
 def step_build(run: Run, step: Step) -> None:
     plan = plan_build(run)
     with open(run.log(step), "a") as log:
         log.write("".join(f"{k}: {v}\n" for k, v in run.facts.items()))
+    Path(plan.shims[-1]).parent.mkdir(parents=True, exist_ok=True)
+    job = run.run(plan.shims, run.log(step))
+    if job.rc != 0:
+        return run.fail(step, "failed: C shims", job)
     run.pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 2)
     futures = {run.pool.submit(run.run, cmd): label for label, cmd in plan.compiles.items()}
     # Queued last: the library is needed first, the loader only after the tests and export.

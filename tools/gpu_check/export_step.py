@@ -4,6 +4,7 @@ the build pool."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -54,6 +55,14 @@ def step_export(run: Run, step: Step) -> None:
         return run.fail(step, f"export exit {job.rc}", job)
     if not verified:
         return run.fail(step, "export ran no verify stage", job)
+    # Every op of the package is called through its C shim for this device, which the
+    # exporter's verify (and the loader step) then ran on it.
+    manifest = json.loads((run.work / EXPORT / "manifest.json").read_text())
+    shims = {op["name"]: op.get("c_shim") for op in manifest["ops"]}
+    step.facts["c_shims"] = sorted(filter(None, shims.values()))
+    wrong = [op for op, shim in shims.items() if shim != f"aoti_torch_{device}_{op.split('::')[1]}"]
+    if wrong:
+        return run.fail(step, f"ops not called through their {device} C shim: {wrong}", job)
     step.status, run.export_dir = "ok", run.work / EXPORT
 
 

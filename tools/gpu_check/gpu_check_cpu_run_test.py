@@ -19,7 +19,7 @@ import pytest
 from script_under_test import ROOT, SCRATCH, SCRIPT, run_script
 
 sys.path.insert(0, str(SCRIPT.parent))
-from build_step import FLAGS_FILE, bzl_lists, find_sources  # noqa: E402
+from build_step import C_SHIMS, FLAGS_FILE, bzl_lists, find_sources  # noqa: E402
 
 FIXTURE_TESTS = "tools/gpu_check/testdata/fixture_test.py"
 
@@ -34,7 +34,8 @@ def _bazel_srcs() -> list[str]:
 
 def test_sources_are_the_bazel_targets():
     found = find_sources(ROOT)
-    assert sorted(found["cpp"] + found["cu"] + found["hdr"]) == _bazel_srcs()
+    # The C shims are generated, by the macro's genrule there and by the build step here.
+    assert sorted(found["cpp"] + found["cu"] + found["hdr"] + [C_SHIMS]) == _bazel_srcs()
     assert all(f.endswith(".cpp") for f in found["cpp"]) and found["cpp"]
     assert all(f.endswith(".cu") for f in found["cu"])
 
@@ -86,6 +87,9 @@ def test_cpu_only_run_passes_every_step():
     assert {name: s["status"] for name, s in summary["steps"].items()} == dict.fromkeys(
         ("build", "tests", "export", "loader", "bench"), "ok"
     )
+    # The package calls the default model's ops through their CPU C shims.
+    shims = summary["steps"]["export"]["facts"]["c_shims"]
+    assert {"aoti_torch_cpu_fused_bias_gelu", "aoti_torch_cpu_silu_and_mul"} <= set(shims)
     # Each C++ source of the Bazel target was compiled, and no nvcc ran.
     compiled = sorted(summary["steps"]["build"]["facts"]["compile_s"])
     assert compiled == [f for f in _bazel_srcs() if f.endswith(".cpp")]

@@ -368,7 +368,12 @@ def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path, c
     assert all(" -DFIXTURE_WITH_CUDA " in c for c in gxx)
     link = [c for c in steps["build"] if " -shared " in c]
     assert len(link) == 1 and link[0].endswith(" -l:libcudart.so.13")
-    assert " -Wl,--fixture-link " in link[0] and link[0].count(".o ") == 4
+    # Three sources and the generated C shims, which are written before anything compiles.
+    assert " -Wl,--fixture-link " in link[0] and link[0].count(".o ") == 5
+    shims = steps["build"][0]
+    generator = r" tools/torch/c_shims\.py ops/registration\.cpp \S+/gen/ops/my_ops_c_shims\.cpp$"
+    assert re.search(generator, shims), shims
+    assert sum(bool(re.search(r" -c \S+/gen/ops/my_ops_c_shims\.cpp ", c)) for c in gxx) == 1
     loader = [c for c in steps["build"] if re.search(r" -o \S+/loader ", c)]
     assert len(loader) == 1, steps["build"]
     sources = re.findall(rf" {checkout}/(\S+\.cpp)\b", loader[0])
@@ -439,7 +444,8 @@ def test_dry_run_without_a_toolkit_fails_with_one_line(tmp_path, checkout):
     ]
     assert not any("-DFIXTURE_WITH_CUDA" in c for c in steps["build"])
     link = [c for c in steps["build"] if " -shared " in c][0]
-    assert "cudart" not in link and link.count(".o ") == 3
+    # The three sources and the generated C shims.
+    assert "cudart" not in link and link.count(".o ") == 4
     assert "MY_OPS_TEST_DEVICES=cpu " in steps["tests"][0]
     assert len(steps["bench"]) == 1 and " --device cpu " in steps["bench"][0]
 

@@ -22,7 +22,9 @@ def torch_op_library(name, registration = "registration.cpp", visibility = None)
     one TORCH_LIBRARY block with every schema, and registers the CUDA kernels
     when TORCH_OP_LIBRARY_CUDA is defined (where the CUDA part is linked in).
     Adding an op means adding its folder, its schema line and its CUDA
-    registration line, nothing here.
+    registration line, nothing here. The op's AOTInductor C shims (for CPU,
+    and for CUDA where that part is linked in) are generated from its schema
+    line by //tools/torch:c_shims into <name>_c_shims.cpp.
 
     Targets: lib<name>.so (the shared library), <name>_cpu, <name>_cuda;
     <name>_srcs, every file they compile or include. <name>_cuda is
@@ -36,18 +38,28 @@ def torch_op_library(name, registration = "registration.cpp", visibility = None)
       registration: the source file with TORCH_LIBRARY.
       visibility: visibility of the shared library.
     """
+
+    # Every op's AOTInductor C shims, generated from the schemas in `registration`.
+    native.genrule(
+        name = name + "_c_shims",
+        srcs = [registration],
+        outs = [name + "_c_shims.cpp"],
+        cmd = "$(execpath //tools/torch:c_shims) $< $@",
+        tools = ["//tools/torch:c_shims"],
+        visibility = visibility,
+    )
     cpu_srcs = [registration] + _glob("*.cpp")
     cuda_srcs = _glob("*.cu")
     headers = _glob("*.h")
     cuda_hdrs = _glob("*.cuh")
     native.filegroup(
         name = name + "_srcs",
-        srcs = cpu_srcs + cuda_srcs + headers + cuda_hdrs,
+        srcs = cpu_srcs + [name + "_c_shims.cpp"] + cuda_srcs + headers + cuda_hdrs,
         visibility = ["//tools/gpu_check:__pkg__"],
     )
     cc_library(
         name = name + "_cpu",
-        srcs = cpu_srcs,
+        srcs = cpu_srcs + [name + "_c_shims.cpp"],
         hdrs = headers,
         copts = select({
             Label("@platforms//cpu:aarch64"): TORCH_CPU_KERNEL_COPTS_AARCH64,
@@ -57,7 +69,10 @@ def torch_op_library(name, registration = "registration.cpp", visibility = None)
             Label("//tools/torch:cuda_kernels"): TORCH_OP_LIBRARY_CUDA_COPTS,
             "//conditions:default": [],
         }),
-        deps = ["//third_party/libtorch:torch_cpu"],
+        deps = [
+            "//third_party/libtorch:torch_cpu",
+            "//tools/torch:c_shim_redispatch",
+        ],
         alwayslink = True,
     )
     cuda_library(

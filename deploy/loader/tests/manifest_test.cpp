@@ -225,6 +225,27 @@ TEST(Manifest, RefusesMalformedOps) {
   EXPECT_TRUE(RefusedFor(ops("[" + many + "]"), "'ops' holds more than 1024 entries"));
 }
 
+TEST(Manifest, ReadsTheCShimOfAnOp) {
+  auto op = [](const std::string& more) {
+    return manifest_text("", one_op("my_ops::rms_norm", "()", more));
+  };
+  const Manifest with = parse_manifest(op(R"(, "c_shim": "aoti_torch_cpu_rms_norm")"));
+  ASSERT_EQ(with.registrations.ops.size(), 1u);
+  EXPECT_EQ(with.registrations.ops[0].c_shim, "aoti_torch_cpu_rms_norm");
+  // Without it, the package calls the op through the ProxyExecutor.
+  EXPECT_EQ(parse_manifest(op("")).registrations.ops[0].c_shim, "");
+  EXPECT_TRUE(RefusedFor(op(R"(, "c_shim": 1)"), "'ops': 'c_shim' must be a string"));
+  // dlsym() is given only names of AOTI's shim family.
+  const std::string bad =
+      "'ops': 'c_shim' of my_ops::rms_norm must be a C function named "
+      "aoti_torch_..., not ";
+  for (const std::string name : {"", "system", "aoti_torch", "aoti_torch_cpu rms", "aoti-torch_x",
+                                 "_ZN6my_ops3fooEv", "1aoti_torch_cpu_x"}) {
+    EXPECT_TRUE(RefusedFor(op(R"(, "c_shim": ")" + name + "\""), bad + "'" + name + "'")) << name;
+  }
+  EXPECT_TRUE(RefusedFor(op(R"(, "c_shim": "aoti_torch_)" + std::string(256, 'x') + "\""), bad));
+}
+
 TEST(Manifest, RefusesMalformedClasses) {
   auto classes = [](const std::string& classes_json) {
     return manifest_text("", kOps, classes_json);
