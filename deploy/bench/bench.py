@@ -10,9 +10,11 @@ cache hit). Then, at batch 1 on the package that export wrote:
     the same load + run + save.
 
 Targets: see bench_export.py for the export's; C++ per-call p50 <= 0.8x
-Python AOTI's in every round, and <= 1.05x that of the package today's
-settings compiled (median of the rounds); C++ start-to-first-result <= 0.3x
-Python's.
+Python AOTI's and <= 1.05x that of the package today's settings compiled, each
+judged by the median over rounds of the ratio of two timings taken back to
+back (a burst of background load that hits one side of one round moves that
+round only); C++ start-to-first-result <= 0.3x Python's. Then the custom-op
+tax table (tax.py), judged the same way.
 Exit status 1 when a target is missed (--no-check: always 0).
 
 Paths come from flags or the environment (MY_OPS_LOADER, MY_OPS_LIBRARY), as
@@ -31,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from deploy.bench import tax
 from deploy.bench.bench_export import export_rows, export_runs
 
 PER_CALL_TARGET = 0.8
@@ -120,12 +123,37 @@ def main(argv: list[str] | None = None) -> int:
         "--package", help="model.pt2 of the default model (default: export it, timing the export)"
     )
     p.add_argument("--iters", type=int, default=2000, help="timed calls per round and side")
-    p.add_argument("--repeats", type=int, default=5, help="per-call rounds (default: 5)")
+    p.add_argument("--repeats", type=int, default=7, help="per-call rounds (default: 7)")
     p.add_argument("--starts", type=int, default=5, help="process starts per variant")
     p.add_argument("--no-check", action="store_true", help="do not fail on missed targets")
+    p.add_argument(
+        "--tax",
+        choices=("on", "off", "only"),
+        default="on",
+        help="the custom-op tax table (see tax.py): on (default), off, or only that table",
+    )
+    p.add_argument(
+        "--tax-families",
+        default=",".join(tax.FAMILIES),
+        help=f"op families of the tax table (default: {','.join(tax.FAMILIES)})",
+    )
+    p.add_argument(
+        "--tax-sizes",
+        default=",".join(f"{r}x{h}" for r, h in tax.SIZES),
+        help="ROWSxHIDDEN sizes of the tax table (default: %(default)s)",
+    )
+    p.add_argument(
+        "--tax-isas",
+        default=",".join(tax.ISAS),
+        help="--isa values of the tax table's exports (default: %(default)s)",
+    )
     args = p.parse_args(argv)
     if args.iters < 1 or args.repeats < 1 or args.starts < 1:
         p.error("--iters, --repeats and --starts must be >= 1")
+    try:
+        args.tax_cells = tax.parse_cells(args.tax_families, args.tax_sizes, args.tax_isas)
+    except ValueError as e:
+        p.error(str(e))
 
     loader = _resolve(args.loader, "MY_OPS_LOADER", "loader")
     ops = _resolve(args.ops, "MY_OPS_LIBRARY", "ops")
@@ -154,6 +182,10 @@ def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
     (work / "tmp").mkdir()
     missed: list[str] = []
 
+    if args.tax == "only":
+        missed += _tax_tables(args, loader, ops, work, env, None)
+        print("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
+        return 1 if missed and not args.no_check else 0
     if args.package:
         # Under `bazel run` a relative path is relative to the user's directory.
         user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
@@ -202,7 +234,7 @@ def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
         ("per-call p50, C++ loader (min/med/max)", ms([r[1] for r in rounds]) + " ms", "", ""),
         (f"C++ / Python AOTI p50, {args.repeats} rounds (min/med/max)",
          f"{ratios[0]:.2f}/{statistics.median(ratios):.2f}/{ratios[-1]:.2f}", "",
-         f"<= {PER_CALL_TARGET}x each"),
+         f"median <= {PER_CALL_TARGET}x"),
         *(
             [("C++ p50, this package / today's settings' (min/med/max)",
               f"{min(versus_today):.2f}/{statistics.median(versus_today):.2f}/"
@@ -218,14 +250,52 @@ def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
         f"{args.starts} starts per variant",
         rows,
     )
-    if ratios[-1] > PER_CALL_TARGET:
-        missed.append(f"per-call {ratios[-1]:.2f}x > {PER_CALL_TARGET}x in a round")
+    if statistics.median(ratios) > PER_CALL_TARGET:
+        missed.append(f"per-call {statistics.median(ratios):.2f}x > {PER_CALL_TARGET}x (median)")
     if versus_today and statistics.median(versus_today) > TODAY_LATENCY_TARGET:
         missed.append(f"per-call {statistics.median(versus_today):.2f}x today's package")
     if start_ratio > STARTUP_TARGET:
         missed.append(f"start-up {start_ratio:.2f}x > {STARTUP_TARGET}x")
+    if args.tax == "on":
+        missed += _tax_tables(args, loader, ops, work, env, Path(package).parent)
     print("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
     return 1 if missed and not args.no_check else 0
+
+
+def _exporter() -> list[str]:
+    exe = os.environ.get("MY_OPS_EXPORT")
+    return [os.path.realpath(exe)] if exe else [sys.executable, "-m", "deploy.export"]
+
+
+def _tax_tables(
+    args: argparse.Namespace, loader: str, ops: str, work: Path, env: dict, default: Path | None
+) -> list[str]:
+    """The custom-op tax table, the default model with and without C shims, and eager calls."""
+    one_thread = env | {"OMP_NUM_THREADS": "1"}
+    folders = tax.export_all(args.tax_cells, _exporter(), work, env)
+    results = []
+    for cell in args.tax_cells:
+        print(f"tax: timing {cell.label}", flush=True)
+        results.append(
+            (cell.label, tax.measure_cell(cell, folders, loader, ops, one_thread, _p50_p99))
+        )
+    rows, missed = tax.rows(results)
+    _print_table(
+        "custom-op tax: 8 x (Linear without bias -> op), ours / Inductor's per-call p50, one "
+        "thread pinned to one CPU; ratio: median over interleaved rounds",
+        rows,
+    )
+    if default is not None:
+        shims_off = tax.export_default_without_c_shims(_exporter(), work, env)
+        measured = tax.measure(default, shims_off, args.iters, args.repeats, loader, ops,
+                               one_thread, _p50_p99)  # fmt: skip
+        rows, _ = tax.rows([("default model, C shims / --no-c-shims", measured)], target=None)
+        _print_table("the default model at batch 1, with and without C shims", rows)
+    _print_table(
+        "eager calls at 4 x 64 after import my_ops, no grad: our op / its SPEC.eager composition",
+        tax.eager_rows(one_thread),
+    )
+    return missed
 
 
 def _save_sample(path: Path) -> None:

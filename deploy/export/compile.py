@@ -262,6 +262,13 @@ def inductor_options(
         # checks reject size-1 dims even though the model handles them (the
         # compiler assumes dynamic sizes are >= 2).
         "aot_inductor.check_lowerbound": False,
+        # Inductor follows each call it does not generate (our ops, ATen fallbacks) with an
+        # assert_size_stride of the output, run whenever AOTI_RUNTIME_CHECK_INPUTS is set, as
+        # the loader sets it; each builds a std::stringstream, which measured about 1 us a call,
+        # more than a small op's work (docs/PERFORMANCE.md, "The custom-op tax"). The inputs stay
+        # checked by the model's own check_input_N under the same variable; an op's output shape
+        # is its fake's, which opcheck checks for every op.
+        "size_asserts": False,
     }
     if signature is not None:
         opts["aot_inductor.metadata"] = {load_contract().input_metadata_key: signature}

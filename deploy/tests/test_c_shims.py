@@ -88,6 +88,15 @@ def test_the_default_export_calls_every_op_as_a_c_shim(
     assert set(left) == {"call_torchbind"}, left
 
 
+def test_the_package_checks_its_inputs_but_not_each_op_output(default_package: Path) -> None:
+    # Under AOTI_RUNTIME_CHECK_INPUTS (the loader's) the inputs are checked once per run; an
+    # assert_size_stride after each op call would cost more than a small op's work.
+    (wrapper,) = _members(default_package, ".wrapper.cpp")
+    text = wrapper.decode()
+    assert "check_input_0(input_handles);" in text
+    assert "assert_size_stride(" not in text
+
+
 def test_the_no_c_shims_export_calls_every_op_through_the_proxy_executor(
     proxy_package: Path,
 ) -> None:

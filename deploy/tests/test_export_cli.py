@@ -273,6 +273,8 @@ def test_inductor_options(device: str, isa: str) -> None:
     assert opts.get("cpp.simdlen") == (256 if isa == "portable" else None)
     assert opts["cpp.cxx"] == (None, "/usr/bin/g++")
     assert opts["aot_inductor.check_lowerbound"] is False
+    # No assert_size_stride after each custom-op call (see inductor_options).
+    assert opts["size_asserts"] is False
     assert opts["aot_inductor.metadata"] == {"my_ops.inputs": signature}
 
 

@@ -1,0 +1,264 @@
+"""The custom-op tax table of //deploy:bench: our ops inside a package against Inductor's code.
+
+For each op family (tax_models.FAMILIES) and size, two packages of 8 x (Linear without bias
+-> op) are exported with the same --isa: one calling our op (through its C shim), one with
+the op's SPEC.eager composition compiled by Inductor. Their per-call p50 at one thread is
+measured through the C++ loader (--bench) and through Python's aoti_load_package after
+`import my_ops`, in interleaved rounds: each round times ours and Inductor's back to back,
+in alternating order, and the table gives the median over rounds of ours / Inductor's.
+A ratio of two timings taken seconds apart moves far less under background load than either
+timing does, and the median ignores a round that a burst of load hit on one side only.
+
+Target: the median ratio <= 1.00 (rounded to two decimals, the resolution the rounds give on
+a 2-core machine) for every family, size, --isa and runner.
+
+The exports go through the exporter's compile cache, so only the first run of the bench
+compiles them (about 20 s each on 2 cores); later runs take them from the cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from deploy.bench import tax_models
+
+FAMILIES = tax_models.FAMILIES
+SIZES = tax_models.SIZES
+TARGET = 1.0
+# Calls per side and round: enough for a stable p50, within about a second per side.
+ITERS = {(1, 64): 2000, (16, 256): 1000, (256, 1024): 30, (4096, 1024): 3}
+ROUNDS = {(4096, 1024): 3}
+DEFAULT_ROUNDS = 5
+ISAS = ("portable", "native")
+
+# Per-call p50 (ms) of two packages in one process, interleaved: argv = ours, theirs,
+# input, calls, rounds. Prints one "ours theirs" line per round.
+PY_PAIRS = """
+import sys, time, torch, my_ops
+torch.set_num_threads(1)
+ours = torch._inductor.aoti_load_package(sys.argv[1])
+theirs = torch._inductor.aoti_load_package(sys.argv[2])
+inputs = torch.load(sys.argv[3])
+n, rounds = int(sys.argv[4]), int(sys.argv[5])
+def p50(m):
+    for _ in range(3):
+        m(*inputs)
+    s = []
+    for _ in range(n):
+        t0 = time.perf_counter(); m(*inputs); s.append(time.perf_counter() - t0)
+    return sorted(s)[len(s) // 2] * 1e3
+with torch.no_grad():
+    for r in range(rounds):
+        if r % 2:
+            b = p50(theirs); a = p50(ours)
+        else:
+            a = p50(ours); b = p50(theirs)
+        print(a, b, flush=True)
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    isa: str
+    family: str
+    size: tuple[int, int]
+
+    def name(self, variant: str) -> str:
+        return tax_models.name(self.family, variant, *self.size)
+
+    @property
+    def label(self) -> str:
+        return f"{self.family} {self.size[0]}x{self.size[1]} --isa {self.isa}"
+
+
+def parse_cells(families: str, sizes: str, isas: str) -> list[Cell]:
+    """The cells of comma-separated --tax-families, --tax-sizes (ROWSxHIDDEN) and --tax-isas.
+
+    Raises ValueError naming the flag and the value it does not know.
+    """
+    fams = families.split(",")
+    if unknown := [f for f in fams if f not in FAMILIES]:
+        raise ValueError(f"--tax-families: unknown {unknown}; choose from {','.join(FAMILIES)}")
+    shapes = []
+    for text in sizes.split(","):
+        rows, _, hidden = text.partition("x")
+        if not (rows.isdigit() and hidden.isdigit() and int(rows) > 0 and int(hidden) > 0):
+            raise ValueError(f"--tax-sizes: {text!r} is not ROWSxHIDDEN")
+        if (int(rows), int(hidden)) not in SIZES:
+            known = ",".join(f"{r}x{h}" for r, h in SIZES)
+            raise ValueError(f"--tax-sizes: {text} has no model; choose from {known}")
+        shapes.append((int(rows), int(hidden)))
+    kinds = isas.split(",")
+    if unknown := [i for i in kinds if i not in ISAS]:
+        raise ValueError(f"--tax-isas: unknown {unknown}; choose from {','.join(ISAS)}")
+    return [Cell(isa, f, s) for isa in kinds for f in fams for s in shapes]
+
+
+def _export(exporter: list[str], args: list[str], out: Path, env: dict, what: str) -> str:
+    """Runs one export into `out`; returns "cache hit" or "compiled"."""
+    proc = subprocess.run([*exporter, *args, "--out", str(out)], env=env, capture_output=True,
+                          text=True)  # fmt: skip
+    if proc.returncode != 0:
+        sys.exit(f"bench: error: export of {what} failed:\n{proc.stderr}")
+    return "cache hit" if "cache hit" in proc.stdout else "compiled"
+
+
+def export_default_without_c_shims(exporter: list[str], work: Path, env: dict) -> Path:
+    """The default model exported with --no-c-shims, the way packages called ops before."""
+    out = work / "no_c_shims"
+    _export(exporter, ["--no-c-shims"], out, env, "the default model with --no-c-shims")
+    return out
+
+
+def export_all(cells_: list[Cell], exporter: list[str], work: Path, env: dict) -> dict:
+    """Exports each cell's two packages, one per CPU at a time (a compile is mostly one g++
+    process); returns {(cell, variant): export folder}."""
+    jobs = [(c, v) for c in cells_ for v in tax_models.VARIANTS]
+    done = 0
+
+    def one(job: tuple[Cell, str]) -> Path:
+        nonlocal done
+        cell, variant = job
+        out = work / "tax" / cell.isa / cell.name(variant)
+        args = ["--model", f"deploy.bench.tax_models:{cell.name(variant)}",
+                "--isa", cell.isa, "--max-batch", "1"]  # fmt: skip
+        t0 = time.perf_counter()
+        how = _export(exporter, args, out, env, cell.name(variant))
+        with lock:
+            done += 1
+            print(f"tax: export {done}/{len(jobs)} {cell.name(variant)} --isa {cell.isa}: "
+                  f"{time.perf_counter() - t0:.1f} s, {how}", flush=True)  # fmt: skip
+        return out
+
+    lock = threading.Lock()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return dict(zip(jobs, pool.map(one, jobs), strict=True))
+
+
+@dataclasses.dataclass
+class Measured:
+    cpp: list[tuple[float, float]]  # per round: ours, Inductor's p50 (ms)
+    py: list[tuple[float, float]]
+
+    @staticmethod
+    def ratio(pairs: list[tuple[float, float]]) -> float:
+        return statistics.median(a / b for a, b in pairs)
+
+
+def measure(
+    ours: Path, theirs: Path, iters: int, rounds: int, loader: str, ops: str, env: dict, p50
+) -> Measured:
+    """Interleaved rounds of two export folders through both runners, on ours' sample input.
+
+    `p50(cmd, env)` runs one process pinned to one CPU and returns its (p50, p99).
+    """
+    inputs = ours / "sample_input.pt"
+
+    def cpp(folder: Path) -> float:
+        out = folder.parent / f"{folder.name}.out.pt"
+        cmd = [loader, "--ops", ops, "--package", str(folder / "model.pt2"),
+               "--manifest", str(folder / "manifest.json"), "--input", str(inputs),
+               "--output", str(out), "--bench", str(iters)]  # fmt: skip
+        return p50(cmd, env)[0]
+
+    pairs = []
+    for r in range(rounds):
+        if r % 2:
+            b = cpp(theirs)
+            a = cpp(ours)
+        else:
+            a = cpp(ours)
+            b = cpp(theirs)
+        pairs.append((a, b))
+    cmd = [sys.executable, "-c", PY_PAIRS, str(ours / "model.pt2"), str(theirs / "model.pt2"),
+           str(inputs), str(iters), str(rounds)]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=_one_cpu)
+    if proc.returncode != 0:
+        sys.exit(f"bench: error: Python timing of {ours} failed:\n{proc.stderr}")
+    py = [tuple(map(float, line.split())) for line in proc.stdout.split("\n") if line.strip()]
+    return Measured(cpp=pairs, py=py)  # type: ignore[arg-type]
+
+
+def measure_cell(cell: Cell, folders: dict, loader: str, ops: str, env: dict, p50) -> Measured:
+    return measure(
+        folders[(cell, "ours")],
+        folders[(cell, "inductor")],
+        ITERS.get(cell.size, 100),
+        ROUNDS.get(cell.size, DEFAULT_ROUNDS),
+        loader,
+        ops,
+        env,
+        p50,
+    )
+
+
+def _one_cpu() -> None:
+    os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
+
+
+def rows(
+    results: list[tuple[str, Measured]], target: float | None = TARGET
+) -> tuple[list[tuple[str, ...]], list[str]]:
+    """A table's rows (label, ours / theirs p50, median ratio, target) and the missed targets."""
+    out, missed = [], []
+    for label, m in results:
+        for runner, pairs in (("C++", m.cpp), ("Python", m.py)):
+            ratio = Measured.ratio(pairs)
+            ours = statistics.median(a for a, _ in pairs)
+            theirs = statistics.median(b for _, b in pairs)
+            verdict = ""
+            if target is not None:
+                ok = round(ratio, 2) <= target
+                verdict = f"<= {target:.2f} " + ("MET" if ok else "MISSED")
+                if not ok:
+                    missed.append(f"{label} {runner} {ratio:.2f}")
+            out.append((f"{label}, {runner}", f"{ours:.4f} / {theirs:.4f} ms",
+                        f"{ratio:.2f}", verdict))  # fmt: skip
+    return out, missed
+
+
+# Eager calls of each family's op and of its composition at 4 x 64, in one process:
+# argv = families, calls, rounds. Prints one "family ours composition" line (median us).
+PY_EAGER = """
+import sys, time, statistics, torch, my_ops
+torch.set_num_threads(1)
+fams, n, rounds = sys.argv[1].split(","), int(sys.argv[2]), int(sys.argv[3])
+g = torch.Generator().manual_seed(0)
+def per_call(fn, args):
+    for _ in range(100):
+        fn(*args)
+    t0 = time.perf_counter()
+    for _ in range(n):
+        fn(*args)
+    return (time.perf_counter() - t0) / n * 1e6
+with torch.no_grad():
+    for fam in fams:
+        spec = my_ops.ops.SPECS[fam]
+        args = spec.example_args((4, 64), torch.float32, "cpu", g)
+        pairs = [(per_call(spec.op, args), per_call(spec.eager, args)) for _ in range(rounds)]
+        ratio = statistics.median(a / b for a, b in pairs)
+        a = statistics.median(p[0] for p in pairs)
+        b = statistics.median(p[1] for p in pairs)
+        print(fam, a, b, ratio, flush=True)
+"""
+
+
+def eager_rows(env: dict, calls: int = 20000, rounds: int = 5) -> list[tuple[str, ...]]:
+    cmd = [sys.executable, "-c", PY_EAGER, ",".join(FAMILIES), str(calls), str(rounds)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=_one_cpu)
+    if proc.returncode != 0:
+        sys.exit(f"bench: error: eager timing failed:\n{proc.stderr}")
+    rows = []
+    for line in proc.stdout.splitlines():
+        fam, ours, theirs, ratio = line.split()
+        rows.append((f"{fam} 4x64, eager", f"{float(ours):.2f} / {float(theirs):.2f} us",
+                     f"{float(ratio):.2f}", ""))  # fmt: skip
+    return rows
