@@ -27,14 +27,26 @@ namespace {
 // One schema per line so that each stays greppable as a whole. The AOTInductor C shims of every
 // op (aoti_torch_cpu_<op>, aoti_torch_cuda_<op>) are generated from this array at build time
 // (tools/torch/c_shims.py), which reads it as plain string literals: keep it so.
+//
+// <op>_out is the out= companion of <op>: the same arguments and a caller's `out`, which it
+// fills and returns. An exporter lowers each call of <op> in a package to its companion
+// (deploy/export/c_shims.py), so that Inductor allocates the output and reuses the buffer from
+// call to call, as it does for its own kernels, instead of the op allocating a fresh one each
+// time. The companion is a separate op rather than an ".out" overload because AOTInductor names
+// a C shim after the op alone: an overload would share <op>'s shim name. Companions have CPU
+// kernels; the exporter leaves a call on a device without one as it is.
 // clang-format off
 constexpr const char* kOpSchemas[] = {
     "identity_conv_op(Tensor x) -> Tensor",
     "fused_bias_gelu(Tensor x, Tensor bias, str approximate=\"none\") -> Tensor",
+    "fused_bias_gelu_out(Tensor x, Tensor bias, str approximate=\"none\", *, Tensor(a!) out) -> Tensor(a!)",
     "rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor",
+    "rms_norm_out(Tensor x, Tensor weight, float eps=1e-6, *, Tensor(a!) out) -> Tensor(a!)",
     "fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-6) -> (Tensor, Tensor)",
     "silu_and_mul(Tensor x) -> Tensor",
+    "silu_and_mul_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)",
     "rotary_embedding(Tensor x, Tensor cos, Tensor sin, bool interleaved=False) -> Tensor",
+    "rotary_embedding_out(Tensor x, Tensor cos, Tensor sin, bool interleaved=False, *, Tensor(a!) out) -> Tensor(a!)",
 };
 // clang-format on
 

@@ -293,6 +293,11 @@ def inductor_options(
 _MISSING = object()
 
 
+# What the exporter derives from the op library (c_shims.py): a user's value would make the
+# package call functions the manifest does not name.
+EXPORTER_OWNED_OPTIONS = frozenset({"aot_inductor.custom_ops_to_c_shims"})
+
+
 def parse_inductor_options(items: list[str]) -> dict[str, Any]:
     """--inductor-option KEY=VALUE flags as aoti_compile_and_package's inductor_configs.
 
@@ -305,6 +310,11 @@ def parse_inductor_options(items: list[str]) -> dict[str, Any]:
         key, sep, text = item.partition("=")
         if not sep or not key:
             raise ValueError(f"--inductor-option must be KEY=VALUE, got {item!r}")
+        if key in EXPORTER_OWNED_OPTIONS:
+            raise ValueError(
+                f"--inductor-option {key}: the exporter sets this one from the op library "
+                "(pass --no-c-shims to call the ops through the ProxyExecutor)"
+            )
         node: Any = config
         for part in key.split("."):
             node = getattr(node, part, _MISSING)

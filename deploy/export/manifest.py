@@ -24,7 +24,7 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..contract.package_contract import CONTRACT_PATH, CpuFeature
@@ -145,13 +145,35 @@ def _custom_class_name(qualified: str) -> str:
     return f"{parts[0]}::{parts[1]}"
 
 
-def package_calls(program: Any, c_shims: dict[Any, str] | None = None) -> PackageCalls:
-    """The custom ops and classes an ExportedProgram calls, its subgraphs' included.
+def _call_nodes(program: Any) -> Iterator[Any]:
+    """Every call_function node of an ExportedProgram, its subgraphs' included."""
+    import torch
+
+    for module in program.graph_module.modules():
+        if isinstance(module, torch.fx.GraphModule):
+            yield from (node for node in module.graph.nodes if node.op == "call_function")
+
+
+def custom_ops(program: Any) -> list[Any]:
+    """The OpOverloads of op libraries (not torch's own) that an ExportedProgram calls."""
+    import torch
+
+    ops = {}
+    for node in _call_nodes(program):
+        target = node.target
+        if isinstance(target, torch._ops.OpOverload) and target.namespace not in TORCH_NAMESPACES:
+            ops[target.name()] = target
+    return [ops[name] for name in sorted(ops)]
+
+
+def package_calls(program: Any, c_shims: dict[Any, tuple[Any, str]] | None = None) -> PackageCalls:
+    """The custom ops and classes an ExportedProgram's package calls, its subgraphs' included.
 
     Classes are those of the script objects the program holds (its constants);
     a method's schema comes from such an object, as the loader reads it from
-    the class the op library registers. c_shims maps each OpOverload the
-    package calls as a C shim to the shim's name.
+    the class the op library registers. c_shims maps each OpOverload of the program
+    that the package calls as a C shim to (the op it calls, the shim's name): the op
+    itself, or its out= companion, which then stands in the manifest in its place.
     """
     import torch
 
@@ -161,41 +183,39 @@ def package_calls(program: Any, c_shims: dict[Any, str] | None = None) -> Packag
         value = getattr(value, "real_obj", value)
         if isinstance(value, torch.ScriptObject):
             objects.setdefault(value._type().qualified_name(), value)
+    c_shims = c_shims or {}
+    program_ops = custom_ops(program)
+    unknown = sorted(op.name() for op in c_shims if op not in program_ops)
+    if unknown:
+        raise ExportError(f"C shims given for ops the program does not call: {', '.join(unknown)}")
     ops: dict[str, str] = {}
+    shims: dict[str, str] = {}
+    for op in program_ops:
+        target, shim = c_shims.get(op, (op, None))
+        ops[target.name()] = str(target._schema)
+        if shim is not None:
+            shims[target.name()] = shim
     called: dict[str, set[str]] = {qualified: set() for qualified in objects}
-    for module in program.graph_module.modules():
-        if not isinstance(module, torch.fx.GraphModule):
-            continue
-        for node in module.graph.nodes:
-            if node.op != "call_function":
-                continue
-            target = node.target
-            if isinstance(target, torch._ops.OpOverload):
-                if target.namespace not in TORCH_NAMESPACES:
-                    ops[target.name()] = str(target._schema)
-            elif target is torch.ops.higher_order.call_torchbind:
-                obj, method = node.args[0], node.args[1]
-                val = obj.meta.get("val") if isinstance(obj, torch.fx.Node) else None
-                # CustomObjArgument in an exported graph, FakeScriptObject while tracing.
-                qualified = getattr(val, "class_fqn", None) or getattr(
-                    val, "script_class_name", None
+    for node in _call_nodes(program):
+        if node.target is torch.ops.higher_order.call_torchbind:
+            obj, method = node.args[0], node.args[1]
+            val = obj.meta.get("val") if isinstance(obj, torch.fx.Node) else None
+            # CustomObjArgument in an exported graph, FakeScriptObject while tracing.
+            qualified = getattr(val, "class_fqn", None) or getattr(val, "script_class_name", None)
+            if qualified not in objects:
+                raise ExportError(
+                    f"the program calls {method} on an object of class {qualified}, "
+                    "which it does not hold"
                 )
-                if qualified not in objects:
-                    raise ExportError(
-                        f"the program calls {method} on an object of class {qualified}, "
-                        "which it does not hold"
-                    )
-                called[qualified].add(method)
+            called[qualified].add(method)
     classes = []
     for qualified, methods in called.items():
         schemas = tuple((m, str(objects[qualified]._get_method(m).schema)) for m in sorted(methods))
         classes.append((_custom_class_name(qualified), schemas))
-    shims = tuple(sorted((op.name(), name) for op, name in (c_shims or {}).items()))
-    unknown = [op for op, _ in shims if op not in ops]
-    if unknown:
-        raise ExportError(f"C shims given for ops the program does not call: {', '.join(unknown)}")
     return PackageCalls(
-        ops=tuple(sorted(ops.items())), classes=tuple(sorted(classes)), c_shims=shims
+        ops=tuple(sorted(ops.items())),
+        classes=tuple(sorted(classes)),
+        c_shims=tuple(sorted(shims.items())),
     )
 
 

@@ -69,8 +69,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .c_shims import INDUCTOR_OPTION as C_SHIMS_OPTION
-from .c_shims import c_shims, shim_name
+from . import c_shims
 from .cache import Cache, bytecode_in
 from .cache_key import (
     CacheKeys,
@@ -156,9 +155,10 @@ def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) 
                     "fake implementation)"
                 ) from e
 
+        op_library = _op_library()
         keys = None
         if cache is not None:
-            keys = _cache_keys(opts.device, opts.isa, opts.target, build, ep)
+            keys = _cache_keys(opts.device, opts.isa, opts.target, build, ep, op_library)
             toolchain = cache.toolchain_dir(keys.toolchain)
             os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(toolchain, "inductor")
             os.environ["TRITON_CACHE_DIR"] = os.path.join(toolchain, "triton")
@@ -167,14 +167,14 @@ def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) 
             toolchain = None
             bindir = os.path.join(tmp, "bin")
         package = os.path.join(stage, "model.pt2")
-        shims = _c_shims(ep, opts) if opts.c_shims else {}
+        shims = c_shims.plan(ep, opts.device, op_library) if opts.c_shims else c_shims.ShimPlan()
         cxx, compiler = write_cxx_wrapper(bindir)
         print(f"compiler: {compiler}", flush=True)
         build.announce()
         options = (
             inductor_options(opts.device, opts.isa, cxx, input_signature(ep), cross=build.cross)
             | keep_precompiled_headers(os.path.join(toolchain, "headers") if toolchain else None)
-            | {C_SHIMS_OPTION: shims}
+            | {c_shims.INDUCTOR_OPTION: shims.options}
             | extra_options
         )
         package_key = keys.package(options, inductor_config()) if keys else None
@@ -187,7 +187,8 @@ def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) 
             else:
                 if opts.profile_compile:
                     os.environ[COMPILE_LOG_ENV] = log
-                build.compile(ep, package, options, work)
+                with c_shims.lowering(shims):
+                    build.compile(ep, package, options, work)
                 if opts.profile_compile:
                     del os.environ[COMPILE_LOG_ENV]
         if opts.profile_compile:
@@ -212,8 +213,7 @@ def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) 
             expected = to_device(as_tuple(module(*sample)), "cpu")
         torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
         torch.save(expected, os.path.join(stage, "expected_output.pt"))
-        shim_names = {op: shim_name(op, opts.device) for op in options[C_SHIMS_OPTION]}
-        calls = package_calls(ep, shim_names)
+        calls = package_calls(ep, shims.calls)
         build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls)
 
         publish(stage, opts.out, work)
@@ -244,13 +244,19 @@ def _open_cache(opts: CacheOptions | None) -> Cache | None:
     return cache
 
 
-def _cache_keys(device: str, isa: str, target: str, build: Build, ep: Any) -> CacheKeys:
+def _op_library() -> str:
+    """The path of the op library that `import my_ops` loaded."""
     import my_ops
 
     try:
-        op_library = my_ops.load_library()
+        return my_ops.load_library()
     except ImportError as e:
-        raise ExportError(f"cannot find the op library for the cache key: {first_line(e)}") from e
+        raise ExportError(f"cannot find the op library: {first_line(e)}") from e
+
+
+def _cache_keys(
+    device: str, isa: str, target: str, build: Build, ep: Any, op_library: str
+) -> CacheKeys:
     return CacheKeys(
         toolchain=toolchain_parts(
             device=device,
@@ -262,16 +268,6 @@ def _cache_keys(device: str, isa: str, target: str, build: Build, ep: Any) -> Ca
         program_sha256=program_sha256(ep),
         exporter_sha256=exporter_sha256(),
     )
-
-
-def _c_shims(ep: Any, opts: Options) -> dict[Any, list[str]]:
-    import my_ops
-
-    try:
-        op_library = my_ops.load_library()
-    except ImportError as e:
-        raise ExportError(f"cannot find the op library for its C shims: {first_line(e)}") from e
-    return c_shims(ep, opts.device, op_library)
 
 
 def _cache_note(cache: Cache | None, cached: bytes | None) -> str:

@@ -77,7 +77,11 @@ def test_the_default_export_calls_every_op_as_a_c_shim(
 ) -> None:
     package = default_package if target == "linux-x86_64" else aarch64_packages[0]
     ops = _manifest_ops(package)
-    assert {"my_ops::fused_bias_gelu", "my_ops::silu_and_mul"} <= {op["name"] for op in ops}
+    # Each op with an out= companion is lowered to it: the package allocates the output.
+    assert {"my_ops::fused_bias_gelu_out", "my_ops::silu_and_mul_out"} <= {op["name"] for op in ops}
+    for op in ops:
+        if op["name"].endswith("_out"):
+            assert op["schema"].endswith(", *, Tensor(a!) out) -> Tensor(a!)"), op
     # AOTInductor's name for an op's CPU shim: aoti_torch_cpu_ and the op's name.
     for op in ops:
         assert op["c_shim"] == "aoti_torch_cpu_" + op["name"].removeprefix("my_ops::"), op
@@ -86,6 +90,23 @@ def test_the_default_export_calls_every_op_as_a_c_shim(
     left = _proxy_executor_targets(package)
     assert left, "the class's methods should still go through the ProxyExecutor"
     assert set(left) == {"call_torchbind"}, left
+
+
+def test_ops_with_a_companion_write_into_buffers_the_package_plans(
+    default_package: Path, proxy_package: Path
+) -> None:
+    (wrapper,) = _members(default_package, ".wrapper.cpp")
+    text = wrapper.decode()
+    called = re.findall(r"\b(aoti_torch_cpu_\w+)\(", text)
+    companions = {op["c_shim"] for op in _manifest_ops(default_package)}
+    companions = {c for c in companions if c.endswith("_out")}
+    assert companions and companions <= set(called)
+    # ... and never through the op's own shim, which allocates its output on every call.
+    assert not {c.removesuffix("_out") for c in companions} & set(called)
+    # The --no-c-shims package still calls the ops themselves.
+    assert {op["name"] for op in _manifest_ops(proxy_package)} >= {
+        "my_ops::" + c.removeprefix("aoti_torch_cpu_").removesuffix("_out") for c in companions
+    }
 
 
 def test_the_package_checks_its_inputs_but_not_each_op_output(default_package: Path) -> None:
@@ -208,9 +229,8 @@ def test_a_library_without_the_shim_is_refused_before_the_package_loads(
 ) -> None:
     # As if exported with a newer library, whose shim for the op is a second version.
     manifest = json.loads((pkg / "manifest.json").read_text())
-    for op in manifest["ops"]:
-        if op["name"] == "my_ops::fused_bias_gelu":
-            op["c_shim"] = "aoti_torch_cpu_fused_bias_gelu_v2"
+    (op,) = [op for op in manifest["ops"] if op["name"] == "my_ops::fused_bias_gelu_out"]
+    op["c_shim"] = "aoti_torch_cpu_fused_bias_gelu_out_v2"
     (pkg / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     out = tmp_path / "out.pt"
     argv = ["--ops", str(pkg / "libmy_ops.so"), "--package", str(pkg / "model.pt2"),
@@ -218,8 +238,9 @@ def test_a_library_without_the_shim_is_refused_before_the_package_loads(
     proc = run_loader(loader_bin, argv, tmp_path / "tmp")
     assert proc.returncode == LOADER_EXIT["ops"], proc.stderr
     assert error_lines(proc.stderr) == [
-        "loader: error: no op library defines aoti_torch_cpu_fused_bias_gelu_v2, the C shim of "
-        f"op my_ops::fused_bias_gelu that the package calls (looked in {pkg / 'libmy_ops.so'}): "
+        "loader: error: no op library defines aoti_torch_cpu_fused_bias_gelu_out_v2, the C shim "
+        "of op my_ops::fused_bias_gelu_out that the package calls "
+        f"(looked in {pkg / 'libmy_ops.so'}): "
         "use the library it was exported with, or export with --no-c-shims"
     ]
     assert not out.exists()

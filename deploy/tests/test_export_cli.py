@@ -85,6 +85,7 @@ def test_usage_error_is_one_line(tmp_path: Path) -> None:
         (["--cache-max-mb", "0"], "--cache-max-mb must be >= 1"),
         (["--inductor-option", "cpp_wrapper"], "must be KEY=VALUE"),
         (["--inductor-option", "no_such.option=1"], "torch._inductor.config has no no_such.option"),
+        (["--inductor-option", "aot_inductor.custom_ops_to_c_shims={}"], "the exporter sets this"),
     ],
 )
 def test_bad_cache_and_compile_flags(tmp_path: Path, args: list[str], needle: str) -> None:

@@ -7,9 +7,13 @@
 // They take at::TensorBase, which the CPU kernels' at::Tensor converts to, so that the CUDA kernels
 // compile without at::Tensor (see ops/registration.cpp).
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/core/TensorBase.h>
 #include <c10/util/Exception.h>
 #include <c10/util/string_view.h>
+
+#include <initializer_list>
+#include <utility>
 
 namespace my_ops {
 
@@ -64,6 +68,39 @@ inline void check_same_shape(c10::string_view op, c10::string_view name, const a
 inline void check_non_negative(c10::string_view op, c10::string_view name, double value) {
   // Phrased as `value >= 0` so that NaN is rejected too.
   TORCH_CHECK(value >= 0.0, op, ": expected ", name, " to be >= 0, got ", value);
+}
+
+// The `out` argument of an op's out= companion (<op>_out, see ops/registration.cpp): the tensor
+// the op would allocate, of `sizes` and the primary's dtype and device, sharing no memory with
+// an input. A strided `out` is fine (the kernels write it through a contiguous temporary); an
+// expanded one, whose elements repeat, is not.
+inline void check_out(
+    c10::string_view op, const at::TensorBase& out, at::IntArrayRef sizes,
+    c10::string_view primary_name, const at::TensorBase& primary,
+    std::initializer_list<std::pair<c10::string_view, const at::TensorBase*>> inputs) {
+  check_same_device_and_dtype(op, "out", out, primary_name, primary);
+  TORCH_CHECK(out.sizes() == sizes, op, ": expected out to have shape ", sizes,
+              " (the shape of the result), got ", out.sizes());
+  // A contiguous tensor repeats no element, and tensors whose storages' bytes are apart share none:
+  // the common cases stay a few pointer comparisons, which matters at the sizes where a call costs
+  // more than its work.
+  TORCH_CHECK(out.is_contiguous() || at::has_internal_overlap(out) != at::MemOverlap::Yes, op,
+              ": expected out to have no repeated elements (an expanded tensor cannot be written)");
+  for (const auto& [name, input] : inputs) {
+    const c10::Storage& out_storage = out.unsafeGetTensorImpl()->unsafe_storage();
+    const c10::Storage& input_storage = input->unsafeGetTensorImpl()->unsafe_storage();
+    if (!out_storage || !input_storage) continue;  // A tensor without storage holds no bytes.
+    const auto* out_bytes = static_cast<const char*>(out_storage.data());
+    const auto* input_bytes = static_cast<const char*>(input_storage.data());
+    if (out_bytes >= input_bytes + input_storage.nbytes() ||
+        input_bytes >= out_bytes + out_storage.nbytes()) {
+      continue;
+    }
+    // Bytes of one storage: only a proof of no overlap lets the call go on (TooHard, which
+    // strided views give, does not).
+    TORCH_CHECK(at::get_overlap_status(out, *input) == at::MemOverlapStatus::No, op,
+                ": expected out to share no memory with ", name);
+  }
 }
 
 }  // namespace my_ops

@@ -9,6 +9,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
+#include <c10/util/MaybeOwned.h>
 
 #include <cstdint>
 
@@ -41,11 +42,29 @@ inline at::Tensor empty_cpu_like(const at::TensorBase& x, at::IntArrayRef sizes)
                                           at::MemoryFormat::Contiguous));
 }
 
-// `t` as a contiguous tensor of `dtype`: `t` itself when it is one already, which a parameter
-// of the accumulation type (a float32 weight of a float32 model) always is.
-inline at::Tensor contiguous_as(const at::Tensor& t, at::ScalarType dtype) {
-  if (t.scalar_type() == dtype && t.is_contiguous()) return t;
-  return t.to(dtype).contiguous();
+// `t` as a contiguous tensor of `dtype`: `t` itself, borrowed, when it is one already, which a
+// parameter of the accumulation type (a float32 weight of a float32 model) always is. Borrowing
+// (as Tensor::expect_contiguous does) saves a reference count update on each side of the call.
+inline c10::MaybeOwned<at::Tensor> contiguous_as(const at::Tensor& t, at::ScalarType dtype) {
+  if (t.scalar_type() == dtype && t.is_contiguous())
+    return c10::MaybeOwned<at::Tensor>::borrowed(t);
+  return c10::MaybeOwned<at::Tensor>::owned(t.to(dtype).contiguous());
+}
+
+// Has `write` fill `out` (checked by check_out) and returns it: the body of an out= companion.
+// `write` takes a contiguous tensor; a strided `out` (a slice of a larger buffer, which Inductor
+// may plan an output into) is written through a contiguous temporary and copied.
+template <class Write>
+at::Tensor& write_out(at::Tensor& out, const Write& write) {
+  if (out.numel() == 0) return out;
+  if (out.is_contiguous()) {
+    write(out);
+    return out;
+  }
+  at::Tensor contiguous = empty_cpu_like(out, out.sizes());
+  write(contiguous);
+  out.copy_(contiguous);
+  return out;
 }
 
 }  // namespace my_ops

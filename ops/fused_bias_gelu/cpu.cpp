@@ -139,30 +139,47 @@ void bias_gelu_kernel(const at::Tensor& x, const at::Tensor& acc_bias, at::Tenso
   });
 }
 
-at::Tensor fused_bias_gelu_cpu(const at::Tensor& x, const at::Tensor& bias,
-                               c10::string_view approximate) {
-  const GeluApproximation approx = check_fused_bias_gelu_args(x, bias, approximate);
-  const at::Tensor x_contig = x.contiguous();
-  at::Tensor out = empty_cpu_like(x, x.sizes());
+// fused_bias_gelu into a contiguous `out` of x's shape, the arguments checked.
+void fused_bias_gelu_into(const at::Tensor& x, const at::Tensor& bias, GeluApproximation approx,
+                          at::Tensor& out) {
   if (out.numel() == 0) {
-    return out;
+    return;
   }
+  const c10::MaybeOwned<at::Tensor> x_contig = x.expect_contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "fused_bias_gelu_cpu", [&] {
         using acc_t = at::opmath_type<scalar_t>;
         // Widening the (short) bias once up front saves a conversion per element in the kernel.
-        const at::Tensor acc_bias = contiguous_as(bias, c10::CppTypeToScalarType<acc_t>::value);
+        const c10::MaybeOwned<at::Tensor> acc_bias =
+            contiguous_as(bias, c10::CppTypeToScalarType<acc_t>::value);
         if (approx == GeluApproximation::kNone) {
-          bias_gelu_kernel<scalar_t, GeluApproximation::kNone>(x_contig, acc_bias, out);
+          bias_gelu_kernel<scalar_t, GeluApproximation::kNone>(*x_contig, *acc_bias, out);
         } else {
-          bias_gelu_kernel<scalar_t, GeluApproximation::kTanh>(x_contig, acc_bias, out);
+          bias_gelu_kernel<scalar_t, GeluApproximation::kTanh>(*x_contig, *acc_bias, out);
         }
       });
+}
+
+at::Tensor fused_bias_gelu_cpu(const at::Tensor& x, const at::Tensor& bias,
+                               c10::string_view approximate) {
+  const GeluApproximation approx = check_fused_bias_gelu_args(x, bias, approximate);
+  at::Tensor out = empty_cpu_like(x, x.sizes());
+  fused_bias_gelu_into(x, bias, approx, out);
   return out;
+}
+
+at::Tensor& fused_bias_gelu_out_cpu(const at::Tensor& x, const at::Tensor& bias,
+                                    c10::string_view approximate, at::Tensor& out) {
+  const GeluApproximation approx = check_fused_bias_gelu_args(x, bias, approximate);
+  check_out("fused_bias_gelu_out", out, x.sizes(), "x", x, {{"x", &x}, {"bias", &bias}});
+  return write_out(out, [&](at::Tensor& dst) { fused_bias_gelu_into(x, bias, approx, dst); });
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(my_ops, CPU, m) { m.impl("fused_bias_gelu", &fused_bias_gelu_cpu); }
+TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
+  m.impl("fused_bias_gelu", &fused_bias_gelu_cpu);
+  m.impl("fused_bias_gelu_out", &fused_bias_gelu_out_cpu);
+}
 
 }  // namespace my_ops

@@ -125,11 +125,12 @@ void rms_norm_kernel(const at::Tensor& x, const at::Tensor& residual, const at::
       at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "rms_norm_cpu", [&] {
         using acc_t = at::opmath_type<scalar_t>;
         // Widening the (short) weight once up front saves a conversion per element in the kernel.
-        const at::Tensor acc_weight = contiguous_as(weight, c10::CppTypeToScalarType<acc_t>::value);
+        const c10::MaybeOwned<at::Tensor> acc_weight =
+            contiguous_as(weight, c10::CppTypeToScalarType<acc_t>::value);
         const scalar_t* x_data = x.const_data_ptr<scalar_t>();
         const scalar_t* residual_data =
             kHasResidual ? residual.const_data_ptr<scalar_t>() : nullptr;
-        const acc_t* weight_data = acc_weight.const_data_ptr<acc_t>();
+        const acc_t* weight_data = acc_weight->const_data_ptr<acc_t>();
         scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
         scalar_t* sum_data = kHasResidual ? sum_out.mutable_data_ptr<scalar_t>() : nullptr;
         const acc_t acc_eps = static_cast<acc_t>(eps);
@@ -145,15 +146,27 @@ void rms_norm_kernel(const at::Tensor& x, const at::Tensor& residual, const at::
       });
 }
 
-at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  check_rms_norm_args(x, weight, eps);
-  const at::Tensor x_contig = x.contiguous();
-  at::Tensor out = empty_cpu_like(x, x.sizes());
+// rms_norm into a contiguous `out` of x's shape, the arguments checked.
+void rms_norm_into(const at::Tensor& x, const at::Tensor& weight, double eps, at::Tensor& out) {
   at::Tensor no_sum;
   if (x.numel() != 0) {
-    rms_norm_kernel</*kHasResidual=*/false>(x_contig, at::Tensor(), weight, eps, out, no_sum);
+    rms_norm_kernel</*kHasResidual=*/false>(*x.expect_contiguous(), at::Tensor(), weight, eps, out,
+                                            no_sum);
   }
+}
+
+at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  check_rms_norm_args(x, weight, eps);
+  at::Tensor out = empty_cpu_like(x, x.sizes());
+  rms_norm_into(x, weight, eps, out);
   return out;
+}
+
+at::Tensor& rms_norm_out_cpu(const at::Tensor& x, const at::Tensor& weight, double eps,
+                             at::Tensor& out) {
+  check_rms_norm_args(x, weight, eps);
+  check_out("rms_norm_out", out, x.sizes(), "x", x, {{"x", &x}, {"weight", &weight}});
+  return write_out(out, [&](at::Tensor& dst) { rms_norm_into(x, weight, eps, dst); });
 }
 
 std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(const at::Tensor& x,
@@ -173,6 +186,7 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(const at::Tensor& x,
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
   m.impl("rms_norm", &rms_norm_cpu);
+  m.impl("rms_norm_out", &rms_norm_out_cpu);
   m.impl("fused_add_rms_norm", &fused_add_rms_norm_cpu);
 }
 

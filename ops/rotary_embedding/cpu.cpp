@@ -155,33 +155,51 @@ void rotary_kernel(const at::Tensor& x, const at::Tensor& acc_cos, const at::Ten
   });
 }
 
-at::Tensor rotary_embedding_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                bool interleaved) {
-  const RotaryShape shape = check_rotary_embedding_args(x, cos, sin);
-  const at::Tensor x_contig = x.contiguous();
-  at::Tensor out = empty_cpu_like(x, x.sizes());
+// rotary_embedding into a contiguous `out` of x's shape, the arguments checked.
+void rotary_embedding_into(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                           bool interleaved, const RotaryShape& shape, at::Tensor& out) {
   if (out.numel() == 0) {
-    return out;
+    return;
   }
+  const c10::MaybeOwned<at::Tensor> x_contig = x.expect_contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "rotary_embedding_cpu", [&] {
         using acc_t = at::opmath_type<scalar_t>;
         // The tables are read once per head and leading index: widening them once up front saves
         // a conversion per element in the kernel.
         const auto acc_type = c10::CppTypeToScalarType<acc_t>::value;
-        const at::Tensor acc_cos = contiguous_as(cos, acc_type);
-        const at::Tensor acc_sin = contiguous_as(sin, acc_type);
+        const c10::MaybeOwned<at::Tensor> acc_cos = contiguous_as(cos, acc_type);
+        const c10::MaybeOwned<at::Tensor> acc_sin = contiguous_as(sin, acc_type);
         if (interleaved) {
-          rotary_kernel<scalar_t, true>(x_contig, acc_cos, acc_sin, out, shape);
+          rotary_kernel<scalar_t, true>(*x_contig, *acc_cos, *acc_sin, out, shape);
         } else {
-          rotary_kernel<scalar_t, false>(x_contig, acc_cos, acc_sin, out, shape);
+          rotary_kernel<scalar_t, false>(*x_contig, *acc_cos, *acc_sin, out, shape);
         }
       });
+}
+
+at::Tensor rotary_embedding_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                bool interleaved) {
+  const RotaryShape shape = check_rotary_embedding_args(x, cos, sin);
+  at::Tensor out = empty_cpu_like(x, x.sizes());
+  rotary_embedding_into(x, cos, sin, interleaved, shape, out);
   return out;
+}
+
+at::Tensor& rotary_embedding_out_cpu(const at::Tensor& x, const at::Tensor& cos,
+                                     const at::Tensor& sin, bool interleaved, at::Tensor& out) {
+  const RotaryShape shape = check_rotary_embedding_args(x, cos, sin);
+  check_out("rotary_embedding_out", out, x.sizes(), "x", x,
+            {{"x", &x}, {"cos", &cos}, {"sin", &sin}});
+  return write_out(
+      out, [&](at::Tensor& dst) { rotary_embedding_into(x, cos, sin, interleaved, shape, dst); });
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(my_ops, CPU, m) { m.impl("rotary_embedding", &rotary_embedding_cpu); }
+TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
+  m.impl("rotary_embedding", &rotary_embedding_cpu);
+  m.impl("rotary_embedding_out", &rotary_embedding_out_cpu);
+}
 
 }  // namespace my_ops

@@ -88,21 +88,35 @@ void silu_and_mul_kernel(const at::Tensor& x, at::Tensor& out) {
   });
 }
 
-at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
-  const std::vector<int64_t> out_sizes = check_silu_and_mul_args(x);
-  const at::Tensor x_contig = x.contiguous();
-  at::Tensor out = empty_cpu_like(x, out_sizes);
+// silu_and_mul into a contiguous `out` of the result's shape, the argument checked.
+void silu_and_mul_into(const at::Tensor& x, at::Tensor& out) {
   if (out.numel() == 0) {
-    return out;
+    return;
   }
+  const c10::MaybeOwned<at::Tensor> x_contig = x.expect_contiguous();
   AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(),
                                   "silu_and_mul_cpu",
-                                  [&] { silu_and_mul_kernel<scalar_t>(x_contig, out); });
+                                  [&] { silu_and_mul_kernel<scalar_t>(*x_contig, out); });
+}
+
+at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
+  const std::vector<int64_t> out_sizes = check_silu_and_mul_args(x);
+  at::Tensor out = empty_cpu_like(x, out_sizes);
+  silu_and_mul_into(x, out);
   return out;
+}
+
+at::Tensor& silu_and_mul_out_cpu(const at::Tensor& x, at::Tensor& out) {
+  const std::vector<int64_t> out_sizes = check_silu_and_mul_args(x);
+  check_out("silu_and_mul_out", out, out_sizes, "x", x, {{"x", &x}});
+  return write_out(out, [&](at::Tensor& dst) { silu_and_mul_into(x, dst); });
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(my_ops, CPU, m) { m.impl("silu_and_mul", &silu_and_mul_cpu); }
+TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
+  m.impl("silu_and_mul", &silu_and_mul_cpu);
+  m.impl("silu_and_mul_out", &silu_and_mul_out_cpu);
+}
 
 }  // namespace my_ops

@@ -87,9 +87,10 @@ def test_cpu_only_run_passes_every_step():
     assert {name: s["status"] for name, s in summary["steps"].items()} == dict.fromkeys(
         ("build", "tests", "export", "loader", "bench"), "ok"
     )
-    # The package calls the default model's ops through their CPU C shims.
+    # The package calls the default model's ops through their CPU C shims, those with an
+    # out= companion through the companion's.
     shims = summary["steps"]["export"]["facts"]["c_shims"]
-    assert {"aoti_torch_cpu_fused_bias_gelu", "aoti_torch_cpu_silu_and_mul"} <= set(shims)
+    assert {"aoti_torch_cpu_fused_bias_gelu_out", "aoti_torch_cpu_silu_and_mul_out"} <= set(shims)
     # Each C++ source of the Bazel target was compiled, and no nvcc ran.
     compiled = sorted(summary["steps"]["build"]["facts"]["compile_s"])
     assert compiled == [f for f in _bazel_srcs() if f.endswith(".cpp")]

@@ -22,6 +22,7 @@ import ast
 import re
 import sys
 
+from torchgen import local
 from torchgen.api.types import DispatcherSignature
 from torchgen.gen_aoti_c_shim import gen_declaration_and_definition
 from torchgen.model import FunctionSchema
@@ -60,15 +61,40 @@ def read_registration(text: str) -> tuple[str, list[str]]:
     return namespaces[0], schemas
 
 
+OUT_SUFFIX = "_out"
+
+
 def parse_schema(schema: str) -> FunctionSchema:
-    """torchgen's FunctionSchema of a custom op schema, with or without its namespace."""
+    """torchgen's FunctionSchema of a custom op schema, with or without its namespace.
+
+    An out= companion, ``<op>_out(..., *, Tensor(a!) out) -> Tensor(a!)`` (ops/registration.cpp
+    says why it is an op of its own), is read as torchgen's ``<op>.out`` overload: torchgen
+    reserves the ``_out`` suffix for that, and names the overload's shim
+    aoti_torch_<device>_<op>_out, the name AOTInductor calls for the op ``<op>_out``.
+    """
     name, paren, rest = schema.partition("(")
-    parsed = FunctionSchema.parse(name.rsplit("::", 1)[-1] + paren + rest)
-    # AOTInductor names a shim after the op alone (get_c_shim_func_name): two overloads of one
-    # op would share it.
-    if parsed.name.overload_name:
+    name = name.rsplit("::", 1)[-1]
+    if "." in name:
+        # AOTInductor names a shim after the op alone (get_c_shim_func_name): two overloads of
+        # one op would share it.
         raise ShimError(f"{schema}: C shims serve default overloads only")
+    companion = name.endswith(OUT_SUFFIX) and "Tensor(a!)" in rest
+    if companion:
+        name = name.removesuffix(OUT_SUFFIX) + ".out"
+    try:
+        parsed = FunctionSchema.parse(name + paren + rest)
+    except AssertionError as e:
+        raise ShimError(f"{schema}: {e}") from e
+    if companion and len(parsed.arguments.out) != 1:
+        raise ShimError(f"{schema}: an out= companion takes exactly one out argument")
     return parsed
+
+
+def _torchgen():
+    """The code-generation settings torchgen needs for schemas with mutable arguments."""
+    return local.parametrize(
+        use_const_ref_for_mutable_tensors=False, use_ilistref_for_tensor_lists=False
+    )
 
 
 def shim_name(op: str, device: str) -> str:
@@ -78,24 +104,28 @@ def shim_name(op: str, device: str) -> str:
 
 def declaration(schema: str, device: str) -> str:
     """The shim's C declaration, as AOTInductor's custom_ops_to_c_shims takes it (no ';')."""
-    decl, _ = gen_declaration_and_definition(parse_schema(schema), device, "", {})
+    with _torchgen():
+        decl, _ = gen_declaration_and_definition(parse_schema(schema), device, "", {})
     return decl.removeprefix("AOTI_TORCH_EXPORT ").removesuffix(";")
 
 
 def _shims(namespace: str, schema: str, device: str) -> tuple[str, str, str]:
     """(declaration, the backend call's definition, the shim's definition) for one device."""
     parsed = parse_schema(schema)
-    op = str(parsed.name.name)
+    op = schema.partition("(")[0].rsplit("::", 1)[-1]
     call = f"call_{op}_{device}"
-    signature = DispatcherSignature.from_schema(parsed).type()
+    # torchgen's shim of an out= op passes `out` first, as at::<op>_out takes it.
+    redispatch = "RedispatchOutFirst" if parsed.arguments.out else "Redispatch"
+    with _torchgen():
+        signature = DispatcherSignature.from_schema(parsed).type()
+        decl, definition = gen_declaration_and_definition(parsed, device, f"{call}()", {})
     backend = (
         f"const auto& {call}() {{\n"
-        f"  static const my_ops::c_shim::Redispatch<c10::DispatchKey::{DEVICES[device]}, "
+        f"  static const my_ops::c_shim::{redispatch}<c10::DispatchKey::{DEVICES[device]}, "
         f'{signature}> op("{namespace}::{op}");\n'
         f"  return op;\n"
         f"}}\n"
     )
-    decl, definition = gen_declaration_and_definition(parsed, device, f"{call}()", {})
     return decl, backend, definition
 
 
@@ -109,7 +139,9 @@ def generate(registration: str, source: str) -> str:
         "#include <torch/csrc/inductor/aoti_torch/utils.h>\n\n"
         '#include "tools/torch/c_shim_redispatch.h"\n\n'
         "using torch::aot_inductor::new_tensor_handle;\n"
-        "using torch::aot_inductor::resolve_tensor_dispatch_flags;\n"
+        "using my_ops::c_shim::resolve_tensor_dispatch_flags;\n"
+        "using torch::aot_inductor::resolve_tensor_list_dispatch_flags;\n"
+        "using torch::aot_inductor::tensor_handle_to_tensor_pointer;\n"
     ]
     for device in DEVICES:
         shims = [_shims(namespace, schema, device) for schema in schemas]

@@ -93,6 +93,41 @@ def test_refuses_a_registration_it_cannot_read_exactly(text, reason):
         c_shims.generate(text, "registration.cpp")
 
 
+def test_an_out_companion_takes_out_first_as_aotinductor_passes_it():
+    # Inductor's call of a lowered op: aoti_torch_<device>_<op>_out(out, <the op's arguments>).
+    schema = "scale_out(Tensor x, float alpha=1.0, *, Tensor(a!) out) -> Tensor(a!)"
+    assert c_shims.declaration(schema, "cpu") == (
+        "AOTITorchError aoti_torch_cpu_scale_out(AtenTensorHandle out, AtenTensorHandle x, "
+        "double alpha)"
+    )
+    text = c_shims.generate(
+        'TORCH_LIBRARY(test_ns, m) {}\nconst char* kOpSchemas[] = {"' + schema + '"};',
+        "registration.cpp",
+    )
+    # The dispatcher has `out` last, as the schema does; RedispatchOutFirst moves it there.
+    assert (
+        "RedispatchOutFirst<c10::DispatchKey::CPU, at::Tensor & (const at::Tensor &, double, "
+        'at::Tensor &)> op("test_ns::scale_out")'
+    ) in text
+    assert "*tensor_handle_to_tensor_pointer(out), resolve_tensor_dispatch_flags(x), alpha" in text
+
+
+@pytest.mark.parametrize(
+    "schema, reason",
+    [
+        (
+            "two_out(Tensor x, *, Tensor(a!) a, Tensor(b!) b) -> (Tensor(a!), Tensor(b!))",
+            "exactly one",
+        ),
+        ("bad_out(Tensor x, *, Tensor(a!) out) -> Tensor", "must have matching return"),
+    ],
+)
+def test_refuses_a_companion_it_cannot_call(schema, reason):
+    text = 'TORCH_LIBRARY(a, m) {}\nconst char* kOpSchemas[] = {"' + schema + '"};'
+    with pytest.raises(c_shims.ShimError, match=reason):
+        c_shims.generate(text, "registration.cpp")
+
+
 def test_refuses_an_overload_whose_shim_name_would_clash():
     text = 'TORCH_LIBRARY(a, m) {}\nconst char* kOpSchemas[] = {"f.out(Tensor x) -> Tensor"};'
     with pytest.raises(c_shims.ShimError, match="default overloads only"):

@@ -48,6 +48,8 @@ def register_all(register_fake) -> None:
 
     for spec in SPECS.values():
         register_fake(spec.qualname, _with_schema_defaults(spec))
+        if companion(spec) is not None:
+            register_fake(spec.qualname + OUT_SUFFIX, _companion_fake(spec))
         if spec.autograd is not None:
             torch.library.register_autograd(
                 spec.qualname, spec.autograd.backward, setup_context=spec.autograd.setup_context
@@ -59,4 +61,34 @@ def _with_schema_defaults(spec: OpSpec):
     def fake(*args, **kwargs):
         return spec.checked_fake(*spec.bind(args, kwargs))
 
+    return fake
+
+
+# The name suffix of an op's out= companion, <op>_out(<the op's arguments>, *, Tensor(a!) out),
+# which fills a caller's tensor with the op's result (ops/registration.cpp). Exporters lower
+# calls of the op to it; it has no wrapper or autograd formula of its own.
+OUT_SUFFIX = "_out"
+
+
+def companion(spec: OpSpec):
+    """The OpOverload of ``spec``'s out= companion, or None when the library has none."""
+    import torch
+
+    packet = getattr(torch.ops.my_ops, spec.name + OUT_SUFFIX, None)
+    return None if packet is None else packet.default
+
+
+def _companion_fake(spec: OpSpec):
+    def fake(*args, out, **kwargs):
+        result = spec.checked_fake(*spec.bind(args, kwargs))
+        got = (tuple(out.shape), out.dtype, out.device)
+        want = (tuple(result.shape), result.dtype, result.device)
+        if got != want:
+            raise RuntimeError(
+                f"{spec.name}{OUT_SUFFIX}: expected out to have (shape, dtype, device) {want}, "
+                f"got {got}"
+            )
+        return out
+
+    fake.__name__ = f"{spec.name}{OUT_SUFFIX}_fake"
     return fake
