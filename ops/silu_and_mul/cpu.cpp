@@ -100,14 +100,14 @@ void silu_and_mul_into(const at::Tensor& x, at::Tensor& out) {
 }
 
 at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
-  const std::vector<int64_t> out_sizes = check_silu_and_mul_args(x);
+  const c10::DimVector out_sizes = check_silu_and_mul_args(x);
   at::Tensor out = empty_cpu_like(x, out_sizes);
   silu_and_mul_into(x, out);
   return out;
 }
 
 at::Tensor& silu_and_mul_out_cpu(const at::Tensor& x, at::Tensor& out) {
-  const std::vector<int64_t> out_sizes = check_silu_and_mul_args(x);
+  const c10::DimVector out_sizes = check_silu_and_mul_args(x);
   check_out("silu_and_mul_out", out, out_sizes, "x", x, {{"x", &x}});
   return write_out(out, [&](at::Tensor& dst) { silu_and_mul_into(x, dst); });
 }

@@ -107,7 +107,7 @@ void launch_silu_and_mul(const scalar_t* x, scalar_t* out, int64_t numel_out, in
 }  // namespace
 
 at::TensorBase silu_and_mul_cuda(const at::TensorBase& x) {
-  const std::vector<int64_t> out_sizes = check_silu_and_mul_args(x);
+  const c10::DimVector out_sizes = check_silu_and_mul_args(x);
   const c10::cuda::CUDAGuard device_guard(x.device());
   const at::TensorBase x_contig = x.contiguous();
   at::TensorBase out =

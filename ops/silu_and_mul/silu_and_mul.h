@@ -1,9 +1,8 @@
 #pragma once
 
 #include <ATen/core/TensorBase.h>
+#include <c10/util/DimVector.h>
 #include <c10/util/Exception.h>
-
-#include <vector>
 
 #include "ops/common/checks.h"
 
@@ -11,12 +10,14 @@ namespace my_ops {
 
 // silu_and_mul(x) = silu(x[..., :d]) * x[..., d:], the gated activation of SwiGLU MLPs: the up
 // and gate projections arrive as one [..., 2d] tensor, and the output is [..., d].
-inline std::vector<int64_t> check_silu_and_mul_args(const at::TensorBase& x) {
+// Returns the output's sizes, inline up to 5 dims (a std::vector would cost a heap allocation on
+// every call, a visible part of one on a small tensor).
+inline c10::DimVector check_silu_and_mul_args(const at::TensorBase& x) {
   constexpr c10::string_view kOp = "silu_and_mul";
   check_primary_input(kOp, "x", x);
   TORCH_CHECK(x.size(-1) % 2 == 0, kOp,
               ": expected x to have a last dimension divisible by 2, got ", x.size(-1));
-  std::vector<int64_t> out_sizes(x.sizes().begin(), x.sizes().end());
+  c10::DimVector out_sizes(x.sizes());
   out_sizes.back() /= 2;
   return out_sizes;
 }
