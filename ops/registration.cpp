@@ -1,6 +1,7 @@
 // The single TORCH_LIBRARY block of the my_ops library: every op schema and the custom class are
 // declared here, and the CUDA kernels and the autograd entry registered. Each op folder registers
-// its CPU kernels itself (cpu.cpp, TORCH_LIBRARY_IMPL).
+// its CPU kernels itself (cpu.cpp, TORCH_LIBRARY_IMPL), as my_ops::cpu::<op> with the op's
+// dispatcher signature: the op's CPU C shim calls that function directly.
 
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -118,6 +118,9 @@ def _median_wall(cmd: list[str], env: dict[str, str], runs: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--loader", help="C++ loader binary (default: $MY_OPS_LOADER)")
+    p.add_argument(
+        "--paired-timer", help="the tax table's C++ runner (default: $MY_OPS_PAIRED_TIMER)"
+    )
     p.add_argument("--ops", help="libmy_ops.so (default: $MY_OPS_LIBRARY)")
     p.add_argument(
         "--package", help="model.pt2 of the default model (default: export it, timing the export)"
@@ -183,7 +186,7 @@ def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
     missed: list[str] = []
 
     if args.tax == "only":
-        missed += _tax_tables(args, loader, ops, work, env, None)
+        missed += _tax_tables(args, ops, work, env, None)
         print("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
         return 1 if missed and not args.no_check else 0
     if args.package:
@@ -257,7 +260,7 @@ def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
     if start_ratio > STARTUP_TARGET:
         missed.append(f"start-up {start_ratio:.2f}x > {STARTUP_TARGET}x")
     if args.tax == "on":
-        missed += _tax_tables(args, loader, ops, work, env, Path(package).parent)
+        missed += _tax_tables(args, ops, work, env, Path(package).parent)
     print("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
     return 1 if missed and not args.no_check else 0
 
@@ -268,17 +271,16 @@ def _exporter() -> list[str]:
 
 
 def _tax_tables(
-    args: argparse.Namespace, loader: str, ops: str, work: Path, env: dict, default: Path | None
+    args: argparse.Namespace, ops: str, work: Path, env: dict, default: Path | None
 ) -> list[str]:
     """The custom-op tax table, the default model with and without C shims, and eager calls."""
     one_thread = env | {"OMP_NUM_THREADS": "1"}
+    timer = _resolve(args.paired_timer, "MY_OPS_PAIRED_TIMER", "paired-timer")
     folders = tax.export_all(args.tax_cells, _exporter(), work, env)
     results = []
     for cell in args.tax_cells:
         print(f"tax: timing {cell.label}", flush=True)
-        results.append(
-            (cell.label, tax.measure_cell(cell, folders, loader, ops, one_thread, _p50_p99))
-        )
+        results.append((cell.label, tax.measure_cell(cell, folders, timer, ops, one_thread)))
     rows, missed = tax.rows(results)
     _print_table(
         "custom-op tax: 8 x (Linear without bias -> op), ours / Inductor's per-call p50, one "
@@ -287,8 +289,8 @@ def _tax_tables(
     )
     if default is not None:
         shims_off = tax.export_default_without_c_shims(_exporter(), work, env)
-        measured = tax.measure(default, shims_off, args.iters, args.repeats, loader, ops,
-                               one_thread, _p50_p99)  # fmt: skip
+        measured = tax.measure(default, shims_off, args.iters, args.repeats, timer, ops,
+                               one_thread)  # fmt: skip
         rows, _ = tax.rows([("default model, C shims / --no-c-shims", measured)], target=None)
         _print_table("the default model at batch 1, with and without C shims", rows)
     _print_table(

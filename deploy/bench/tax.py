@@ -3,11 +3,13 @@
 For each op family (tax_models.FAMILIES) and size, two packages of 8 x (Linear without bias
 -> op) are exported with the same --isa: one calling our op (through its C shim), one with
 the op's SPEC.eager composition compiled by Inductor. Their per-call p50 at one thread is
-measured through the C++ loader (--bench) and through Python's aoti_load_package after
-`import my_ops`, in interleaved rounds: each round times ours and Inductor's back to back,
-in alternating order, and the table gives the median over rounds of ours / Inductor's.
-A ratio of two timings taken seconds apart moves far less under background load than either
-timing does, and the median ignores a round that a burst of load hit on one side only.
+measured through the C++ runtime (paired_timer: both packages loaded in one process the way
+the loader loads one) and through Python's aoti_load_package after `import my_ops`. Each
+runner loads both packages into one process and calls them in alternating blocks of about
+ten calls, so that background load and the CPU's clock fall on both alike; each round gives
+the two p50s, and the table gives the median over rounds of ours / Inductor's. (Timed in
+separate processes, even the same package against itself gave per-round ratios from 0.6 to
+1.9 on a shared 2-core machine.)
 
 Target: the median ratio <= 1.00 (rounded to two decimals, the resolution the rounds give on
 a 2-core machine) for every family, size, --isa and runner.
@@ -37,31 +39,38 @@ TARGET = 1.0
 ITERS = {(1, 64): 2000, (16, 256): 1000, (256, 1024): 30, (4096, 1024): 3}
 ROUNDS = {(4096, 1024): 3}
 DEFAULT_ROUNDS = 5
+
+
+def block(iters: int) -> int:
+    """Calls per block of a round: about ten, and at least 30 blocks where a round has fewer
+    calls than that allows (the large sizes alternate call by call)."""
+    return max(1, min(10, iters // 30))
+
+
 ISAS = ("portable", "native")
 
-# Per-call p50 (ms) of two packages in one process, interleaved: argv = ours, theirs,
-# input, calls, rounds. Prints one "ours theirs" line per round.
+# Per-call p50 (ms) of two packages in one process, called in alternating blocks: argv = ours,
+# theirs, input, calls, rounds, block. Prints one "ours theirs" line per round.
 PY_PAIRS = """
 import sys, time, torch, my_ops
 torch.set_num_threads(1)
-ours = torch._inductor.aoti_load_package(sys.argv[1])
-theirs = torch._inductor.aoti_load_package(sys.argv[2])
+models = [torch._inductor.aoti_load_package(p) for p in sys.argv[1:3]]
 inputs = torch.load(sys.argv[3])
-n, rounds = int(sys.argv[4]), int(sys.argv[5])
-def p50(m):
-    for _ in range(3):
-        m(*inputs)
-    s = []
-    for _ in range(n):
-        t0 = time.perf_counter(); m(*inputs); s.append(time.perf_counter() - t0)
-    return sorted(s)[len(s) // 2] * 1e3
+n, rounds, block = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
+clock = time.perf_counter
 with torch.no_grad():
+    for m in models:
+        for _ in range(3):
+            m(*inputs)
     for r in range(rounds):
-        if r % 2:
-            b = p50(theirs); a = p50(ours)
-        else:
-            a = p50(ours); b = p50(theirs)
-        print(a, b, flush=True)
+        times = ([], [])
+        for b, done in enumerate(range(0, n, block)):
+            for turn in (0, 1):
+                side = (b + r + turn) % 2
+                m, t = models[side], times[side]
+                for _ in range(min(block, n - done)):
+                    t0 = clock(); m(*inputs); t.append(clock() - t0)
+        print(*(sorted(t)[len(t) // 2] * 1e3 for t in times), flush=True)
 """
 
 
@@ -153,50 +162,51 @@ class Measured:
         return statistics.median(a / b for a, b in pairs)
 
 
-def measure(
-    ours: Path, theirs: Path, iters: int, rounds: int, loader: str, ops: str, env: dict, p50
-) -> Measured:
-    """Interleaved rounds of two export folders through both runners, on ours' sample input.
-
-    `p50(cmd, env)` runs one process pinned to one CPU and returns its (p50, p99).
-    """
+def measure(ours: Path, theirs: Path, iters: int, rounds: int, timer: str, ops: str,
+            env: dict) -> Measured:  # fmt: skip
+    """Rounds of two export folders through both runners, on ours' sample input, each runner
+    one process pinned to one CPU (`timer` is paired_timer, the C++ runner)."""
     inputs = ours / "sample_input.pt"
+    count = [str(iters), str(rounds), str(block(iters))]
+    cpp = [
+        timer,
+        "--ops",
+        ops,
+        "--input",
+        str(inputs),
+        "--calls",
+        count[0],
+        "--rounds",
+        count[1],
+        "--block",
+        count[2],
+        str(ours / "model.pt2"),
+        str(theirs / "model.pt2"),
+    ]
+    py = [sys.executable, "-c", PY_PAIRS, str(ours / "model.pt2"), str(theirs / "model.pt2"),
+          str(inputs), *count]  # fmt: skip
+    return Measured(cpp=_pairs(cpp, env, ours), py=_pairs(py, env, ours))
 
-    def cpp(folder: Path) -> float:
-        out = folder.parent / f"{folder.name}.out.pt"
-        cmd = [loader, "--ops", ops, "--package", str(folder / "model.pt2"),
-               "--manifest", str(folder / "manifest.json"), "--input", str(inputs),
-               "--output", str(out), "--bench", str(iters)]  # fmt: skip
-        return p50(cmd, env)[0]
 
-    pairs = []
-    for r in range(rounds):
-        if r % 2:
-            b = cpp(theirs)
-            a = cpp(ours)
-        else:
-            a = cpp(ours)
-            b = cpp(theirs)
-        pairs.append((a, b))
-    cmd = [sys.executable, "-c", PY_PAIRS, str(ours / "model.pt2"), str(theirs / "model.pt2"),
-           str(inputs), str(iters), str(rounds)]  # fmt: skip
+def _pairs(cmd: list[str], env: dict, what: Path) -> list[tuple[float, float]]:
+    """The (ours, theirs) lines a runner prints."""
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=_one_cpu)
     if proc.returncode != 0:
-        sys.exit(f"bench: error: Python timing of {ours} failed:\n{proc.stderr}")
-    py = [tuple(map(float, line.split())) for line in proc.stdout.split("\n") if line.strip()]
-    return Measured(cpp=pairs, py=py)  # type: ignore[arg-type]
+        runner = "C++" if cmd[0] != sys.executable else "Python"
+        sys.exit(f"bench: error: {runner} timing of {what} failed:\n{proc.stderr}")
+    lines = [line.split() for line in proc.stdout.splitlines() if line.strip()]
+    return [(float(a), float(b)) for a, b in lines]
 
 
-def measure_cell(cell: Cell, folders: dict, loader: str, ops: str, env: dict, p50) -> Measured:
+def measure_cell(cell: Cell, folders: dict, timer: str, ops: str, env: dict) -> Measured:
     return measure(
         folders[(cell, "ours")],
         folders[(cell, "inductor")],
         ITERS.get(cell.size, 100),
         ROUNDS.get(cell.size, DEFAULT_ROUNDS),
-        loader,
+        timer,
         ops,
         env,
-        p50,
     )
 
 

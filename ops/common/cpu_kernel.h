@@ -51,6 +51,17 @@ inline c10::MaybeOwned<at::Tensor> contiguous_as(const at::Tensor& t, at::Scalar
   return c10::MaybeOwned<at::Tensor>::owned(t.to(dtype).contiguous());
 }
 
+// A kernel's pointers to the data of a tensor whose dtype the op's checks established, as T:
+// Tensor::const_data_ptr<T> and mutable_data_ptr<T> check the dtype again, out of line.
+template <class T>
+const T* data_as(const at::TensorBase& t) {
+  return static_cast<const T*>(t.const_data_ptr());
+}
+template <class T>
+T* mutable_data_as(const at::TensorBase& t) {
+  return static_cast<T*>(t.mutable_data_ptr());
+}
+
 // Has `write` fill `out` (checked by check_out) and returns it: the body of an out= companion.
 // `write` takes a contiguous tensor; a strided `out` (a slice of a larger buffer, which Inductor
 // may plan an output into) is written through a contiguous temporary and copied.

@@ -121,10 +121,10 @@ void bias_gelu_segment(const scalar_t* x, const at::opmath_type<scalar_t>* bias,
 template <typename scalar_t, GeluApproximation kApprox>
 void bias_gelu_kernel(const at::Tensor& x, const at::Tensor& acc_bias, at::Tensor& out) {
   using acc_t = at::opmath_type<scalar_t>;
-  const scalar_t* x_data = x.const_data_ptr<scalar_t>();
-  const acc_t* bias_data = acc_bias.const_data_ptr<acc_t>();
-  scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
-  const int64_t row_length = x.size(-1);
+  const scalar_t* x_data = data_as<scalar_t>(x);
+  const acc_t* bias_data = data_as<acc_t>(acc_bias);
+  scalar_t* out_data = mutable_data_as<scalar_t>(out);
+  const int64_t row_length = x.sizes().back();
   // Splitting the flat range (rather than rows) keeps every thread busy even when there are fewer
   // rows than threads; each chunk is then walked one row-segment at a time.
   const int64_t numel = x.numel();
@@ -160,26 +160,32 @@ void fused_bias_gelu_into(const at::Tensor& x, const at::Tensor& bias, GeluAppro
       });
 }
 
-at::Tensor fused_bias_gelu_cpu(const at::Tensor& x, const at::Tensor& bias,
-                               c10::string_view approximate) {
+}  // namespace
+
+// The kernels registered at the CPU key, which the C shims also call directly
+// (tools/torch/c_shim_call.h): each is named after its op and has its schema's signature.
+namespace cpu {
+
+at::Tensor fused_bias_gelu(const at::Tensor& x, const at::Tensor& bias,
+                           c10::string_view approximate) {
   const GeluApproximation approx = check_fused_bias_gelu_args(x, bias, approximate);
   at::Tensor out = empty_cpu_like(x, x.sizes());
   fused_bias_gelu_into(x, bias, approx, out);
   return out;
 }
 
-at::Tensor& fused_bias_gelu_out_cpu(const at::Tensor& x, const at::Tensor& bias,
-                                    c10::string_view approximate, at::Tensor& out) {
+at::Tensor& fused_bias_gelu_out(const at::Tensor& x, const at::Tensor& bias,
+                                c10::string_view approximate, at::Tensor& out) {
   const GeluApproximation approx = check_fused_bias_gelu_args(x, bias, approximate);
   check_out("fused_bias_gelu_out", out, x.sizes(), "x", x, {{"x", &x}, {"bias", &bias}});
   return write_out(out, [&](at::Tensor& dst) { fused_bias_gelu_into(x, bias, approx, dst); });
 }
 
-}  // namespace
+}  // namespace cpu
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
-  m.impl("fused_bias_gelu", &fused_bias_gelu_cpu);
-  m.impl("fused_bias_gelu_out", &fused_bias_gelu_out_cpu);
+  m.impl("fused_bias_gelu", &cpu::fused_bias_gelu);
+  m.impl("fused_bias_gelu_out", &cpu::fused_bias_gelu_out);
 }
 
 }  // namespace my_ops

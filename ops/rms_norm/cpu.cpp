@@ -119,7 +119,7 @@ void rms_norm_row(const scalar_t* x, const scalar_t* residual,
 template <bool kHasResidual>
 void rms_norm_kernel(const at::Tensor& x, const at::Tensor& residual, const at::Tensor& weight,
                      double eps, at::Tensor& out, at::Tensor& sum_out) {
-  const int64_t n = x.size(-1);
+  const int64_t n = x.sizes().back();
   const int64_t rows = x.numel() / n;
   AT_DISPATCH_FLOATING_TYPES_AND2(
       at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "rms_norm_cpu", [&] {
@@ -127,12 +127,11 @@ void rms_norm_kernel(const at::Tensor& x, const at::Tensor& residual, const at::
         // Widening the (short) weight once up front saves a conversion per element in the kernel.
         const c10::MaybeOwned<at::Tensor> acc_weight =
             contiguous_as(weight, c10::CppTypeToScalarType<acc_t>::value);
-        const scalar_t* x_data = x.const_data_ptr<scalar_t>();
-        const scalar_t* residual_data =
-            kHasResidual ? residual.const_data_ptr<scalar_t>() : nullptr;
-        const acc_t* weight_data = acc_weight->const_data_ptr<acc_t>();
-        scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
-        scalar_t* sum_data = kHasResidual ? sum_out.mutable_data_ptr<scalar_t>() : nullptr;
+        const scalar_t* x_data = data_as<scalar_t>(x);
+        const scalar_t* residual_data = kHasResidual ? data_as<scalar_t>(residual) : nullptr;
+        const acc_t* weight_data = data_as<acc_t>(*acc_weight);
+        scalar_t* out_data = mutable_data_as<scalar_t>(out);
+        scalar_t* sum_data = kHasResidual ? mutable_data_as<scalar_t>(sum_out) : nullptr;
         const acc_t acc_eps = static_cast<acc_t>(eps);
         const int64_t rows_per_grain = std::max<int64_t>(1, at::internal::GRAIN_SIZE / n);
         parallel_for_work(0, rows, rows_per_grain, rows * n, [&](int64_t begin, int64_t end) {
@@ -155,23 +154,29 @@ void rms_norm_into(const at::Tensor& x, const at::Tensor& weight, double eps, at
   }
 }
 
-at::Tensor rms_norm_cpu(const at::Tensor& x, const at::Tensor& weight, double eps) {
+}  // namespace
+
+// The kernels registered at the CPU key, which the C shims also call directly
+// (tools/torch/c_shim_call.h): each is named after its op and has its schema's signature.
+namespace cpu {
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   check_rms_norm_args(x, weight, eps);
   at::Tensor out = empty_cpu_like(x, x.sizes());
   rms_norm_into(x, weight, eps, out);
   return out;
 }
 
-at::Tensor& rms_norm_out_cpu(const at::Tensor& x, const at::Tensor& weight, double eps,
-                             at::Tensor& out) {
+at::Tensor& rms_norm_out(const at::Tensor& x, const at::Tensor& weight, double eps,
+                         at::Tensor& out) {
   check_rms_norm_args(x, weight, eps);
   check_out("rms_norm_out", out, x.sizes(), "x", x, {{"x", &x}, {"weight", &weight}});
   return write_out(out, [&](at::Tensor& dst) { rms_norm_into(x, weight, eps, dst); });
 }
 
-std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(const at::Tensor& x,
-                                                          const at::Tensor& residual,
-                                                          const at::Tensor& weight, double eps) {
+std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm(const at::Tensor& x,
+                                                      const at::Tensor& residual,
+                                                      const at::Tensor& weight, double eps) {
   check_fused_add_rms_norm_args(x, residual, weight, eps);
   at::Tensor out = empty_cpu_like(x, x.sizes());
   at::Tensor sum_out = empty_cpu_like(x, x.sizes());
@@ -182,12 +187,12 @@ std::tuple<at::Tensor, at::Tensor> fused_add_rms_norm_cpu(const at::Tensor& x,
   return {out, sum_out};
 }
 
-}  // namespace
+}  // namespace cpu
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
-  m.impl("rms_norm", &rms_norm_cpu);
-  m.impl("rms_norm_out", &rms_norm_out_cpu);
-  m.impl("fused_add_rms_norm", &fused_add_rms_norm_cpu);
+  m.impl("rms_norm", &cpu::rms_norm);
+  m.impl("rms_norm_out", &cpu::rms_norm_out);
+  m.impl("fused_add_rms_norm", &cpu::fused_add_rms_norm);
 }
 
 }  // namespace my_ops

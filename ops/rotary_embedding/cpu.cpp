@@ -137,10 +137,10 @@ template <typename scalar_t, bool kInterleaved>
 void rotary_kernel(const at::Tensor& x, const at::Tensor& acc_cos, const at::Tensor& acc_sin,
                    at::Tensor& out, const RotaryShape& shape) {
   using acc_t = at::opmath_type<scalar_t>;
-  const scalar_t* x_data = x.const_data_ptr<scalar_t>();
-  const acc_t* cos_data = acc_cos.const_data_ptr<acc_t>();
-  const acc_t* sin_data = acc_sin.const_data_ptr<acc_t>();
-  scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
+  const scalar_t* x_data = data_as<scalar_t>(x);
+  const acc_t* cos_data = data_as<acc_t>(acc_cos);
+  const acc_t* sin_data = data_as<acc_t>(acc_sin);
+  scalar_t* out_data = mutable_data_as<scalar_t>(out);
   const int64_t row_length = 2 * shape.half;
   const int64_t rows = x.numel() / row_length;
   const int64_t grain = std::max<int64_t>(1, at::internal::GRAIN_SIZE / row_length);
@@ -178,16 +178,22 @@ void rotary_embedding_into(const at::Tensor& x, const at::Tensor& cos, const at:
       });
 }
 
-at::Tensor rotary_embedding_cpu(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
-                                bool interleaved) {
+}  // namespace
+
+// The kernels registered at the CPU key, which the C shims also call directly
+// (tools/torch/c_shim_call.h): each is named after its op and has its schema's signature.
+namespace cpu {
+
+at::Tensor rotary_embedding(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                            bool interleaved) {
   const RotaryShape shape = check_rotary_embedding_args(x, cos, sin);
   at::Tensor out = empty_cpu_like(x, x.sizes());
   rotary_embedding_into(x, cos, sin, interleaved, shape, out);
   return out;
 }
 
-at::Tensor& rotary_embedding_out_cpu(const at::Tensor& x, const at::Tensor& cos,
-                                     const at::Tensor& sin, bool interleaved, at::Tensor& out) {
+at::Tensor& rotary_embedding_out(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                                 bool interleaved, at::Tensor& out) {
   const RotaryShape shape = check_rotary_embedding_args(x, cos, sin);
   check_out("rotary_embedding_out", out, x.sizes(), "x", x,
             {{"x", &x}, {"cos", &cos}, {"sin", &sin}});
@@ -195,11 +201,11 @@ at::Tensor& rotary_embedding_out_cpu(const at::Tensor& x, const at::Tensor& cos,
       out, [&](at::Tensor& dst) { rotary_embedding_into(x, cos, sin, interleaved, shape, dst); });
 }
 
-}  // namespace
+}  // namespace cpu
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
-  m.impl("rotary_embedding", &rotary_embedding_cpu);
-  m.impl("rotary_embedding_out", &rotary_embedding_out_cpu);
+  m.impl("rotary_embedding", &cpu::rotary_embedding);
+  m.impl("rotary_embedding_out", &cpu::rotary_embedding_out);
 }
 
 }  // namespace my_ops

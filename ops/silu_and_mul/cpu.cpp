@@ -70,9 +70,9 @@ void silu_mul_segment(const scalar_t* a, const scalar_t* b, scalar_t* out, int64
 
 template <typename scalar_t>
 void silu_and_mul_kernel(const at::Tensor& x, at::Tensor& out) {
-  const scalar_t* x_data = x.const_data_ptr<scalar_t>();
-  scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
-  const int64_t d = out.size(-1);
+  const scalar_t* x_data = data_as<scalar_t>(x);
+  scalar_t* out_data = mutable_data_as<scalar_t>(out);
+  const int64_t d = out.sizes().back();
   // Parallel over the flat output rather than over rows, so that a few long rows use every thread
   // as well as many short ones do; each chunk walks the row pieces it covers.
   const int64_t numel = out.numel();
@@ -99,24 +99,30 @@ void silu_and_mul_into(const at::Tensor& x, at::Tensor& out) {
                                   [&] { silu_and_mul_kernel<scalar_t>(*x_contig, out); });
 }
 
-at::Tensor silu_and_mul_cpu(const at::Tensor& x) {
+}  // namespace
+
+// The kernels registered at the CPU key, which the C shims also call directly
+// (tools/torch/c_shim_call.h): each is named after its op and has its schema's signature.
+namespace cpu {
+
+at::Tensor silu_and_mul(const at::Tensor& x) {
   const c10::DimVector out_sizes = check_silu_and_mul_args(x);
   at::Tensor out = empty_cpu_like(x, out_sizes);
   silu_and_mul_into(x, out);
   return out;
 }
 
-at::Tensor& silu_and_mul_out_cpu(const at::Tensor& x, at::Tensor& out) {
+at::Tensor& silu_and_mul_out(const at::Tensor& x, at::Tensor& out) {
   const c10::DimVector out_sizes = check_silu_and_mul_args(x);
   check_out("silu_and_mul_out", out, out_sizes, "x", x, {{"x", &x}});
   return write_out(out, [&](at::Tensor& dst) { silu_and_mul_into(x, dst); });
 }
 
-}  // namespace
+}  // namespace cpu
 
 TORCH_LIBRARY_IMPL(my_ops, CPU, m) {
-  m.impl("silu_and_mul", &silu_and_mul_cpu);
-  m.impl("silu_and_mul_out", &silu_and_mul_out_cpu);
+  m.impl("silu_and_mul", &cpu::silu_and_mul);
+  m.impl("silu_and_mul_out", &cpu::silu_and_mul_out);
 }
 
 }  // namespace my_ops

@@ -15,7 +15,7 @@ namespace my_ops {
 inline c10::DimVector check_silu_and_mul_args(const at::TensorBase& x) {
   constexpr c10::string_view kOp = "silu_and_mul";
   check_primary_input(kOp, "x", x);
-  TORCH_CHECK(x.size(-1) % 2 == 0, kOp,
+  TORCH_CHECK(x.sizes().back() % 2 == 0, kOp,
               ": expected x to have a last dimension divisible by 2, got ", x.size(-1));
   c10::DimVector out_sizes(x.sizes());
   out_sizes.back() /= 2;

@@ -12,8 +12,11 @@ construction; adding an op to the registration adds its shims.
 usage: c_shims.py REGISTRATION_CPP OUTPUT_CPP
 
 REGISTRATION_CPP holds ``TORCH_LIBRARY(<namespace>, m)`` and the ``kOpSchemas`` array, one
-string literal per line. The CUDA shims are compiled only where the library has its CUDA part
-(``TORCH_OP_LIBRARY_CUDA``).
+string literal per line. A CPU shim calls the op's CPU kernel directly, as torch's own shims
+call ``at::cpu::<op>``: the library defines it as ``<namespace>::cpu::<op>`` with the
+dispatcher's signature of the op (the function it registers at the CPU key; a mismatch is an
+undefined symbol when the library links). A CUDA shim goes through the dispatcher. The CUDA
+shims are compiled only where the library has its CUDA part (``TORCH_OP_LIBRARY_CUDA``).
 """
 
 from __future__ import annotations
@@ -109,24 +112,41 @@ def declaration(schema: str, device: str) -> str:
     return decl.removeprefix("AOTI_TORCH_EXPORT ").removesuffix(";")
 
 
-def _shims(namespace: str, schema: str, device: str) -> tuple[str, str, str]:
-    """(declaration, the backend call's definition, the shim's definition) for one device."""
+def kernel_namespace(namespace: str) -> str:
+    """Where an op library defines the CPU kernels its CPU shims call: ``<namespace>::cpu::<op>``,
+    with the dispatcher's signature of the op, the function it registers at the CPU key."""
+    return f"{namespace}::cpu"
+
+
+def _shims(namespace: str, schema: str, device: str) -> tuple[str, str, str, str]:
+    """(the shim's declaration, the kernel's declaration or "", the backend call's definition,
+    the shim's definition) for one device."""
     parsed = parse_schema(schema)
     op = schema.partition("(")[0].rsplit("::", 1)[-1]
     call = f"call_{op}_{device}"
-    # torchgen's shim of an out= op passes `out` first, as at::<op>_out takes it.
-    redispatch = "RedispatchOutFirst" if parsed.arguments.out else "Redispatch"
+    # torchgen's shim of an out= op passes `out` first, as at::<op>_out takes it; the kernel,
+    # like the schema and the dispatcher, takes it last.
+    out_first = "OutFirst" if parsed.arguments.out else ""
     with _torchgen():
-        signature = DispatcherSignature.from_schema(parsed).type()
+        signature = DispatcherSignature.from_schema(parsed)
         decl, definition = gen_declaration_and_definition(parsed, device, f"{call}()", {})
-    backend = (
-        f"const auto& {call}() {{\n"
-        f"  static const my_ops::c_shim::{redispatch}<c10::DispatchKey::{DEVICES[device]}, "
-        f'{signature}> op("{namespace}::{op}");\n'
-        f"  return op;\n"
-        f"}}\n"
-    )
-    return decl, backend, definition
+        kernel_signature, function_type = signature.decl(name=op), signature.type()
+    if device == "cpu":
+        kernel = f"{kernel_namespace(namespace)}::{op}"
+        kernel_decl = f"{kernel_signature};\n"
+        backend = (
+            f"constexpr my_ops::c_shim::Call{out_first}<&{kernel}> {call}() {{ return {{}}; }}\n"
+        )
+    else:
+        kernel_decl = ""
+        backend = (
+            f"const auto& {call}() {{\n"
+            f"  static const my_ops::c_shim::Redispatch{out_first}<c10::DispatchKey::"
+            f'{DEVICES[device]}, {function_type}> op("{namespace}::{op}");\n'
+            f"  return op;\n"
+            f"}}\n"
+        )
+    return decl, kernel_decl, backend, definition
 
 
 def generate(registration: str, source: str) -> str:
@@ -137,7 +157,7 @@ def generate(registration: str, source: str) -> str:
         "// The AOTInductor C shims of every op of the library, one per device.\n\n"
         "#include <torch/csrc/inductor/aoti_torch/c/shim.h>\n"
         "#include <torch/csrc/inductor/aoti_torch/utils.h>\n\n"
-        '#include "tools/torch/c_shim_redispatch.h"\n\n'
+        '#include "tools/torch/c_shim_call.h"\n\n'
         "using torch::aot_inductor::new_tensor_handle;\n"
         "using my_ops::c_shim::resolve_tensor_dispatch_flags;\n"
         "using torch::aot_inductor::resolve_tensor_list_dispatch_flags;\n"
@@ -145,13 +165,16 @@ def generate(registration: str, source: str) -> str:
     ]
     for device in DEVICES:
         shims = [_shims(namespace, schema, device) for schema in schemas]
+        kernels = "".join(kernel for _, kernel, _, _ in shims)
         body = (
             'extern "C" {\n'
-            + "\n".join(decl for decl, _, _ in shims)
-            + "\n}\n\nnamespace {\n\n"
-            + "\n".join(backend for _, backend, _ in shims)
+            + "\n".join(decl for decl, _, _, _ in shims)
+            + "\n}\n\n"
+            + (f"namespace {kernel_namespace(namespace)} {{\n{kernels}}}\n\n" if kernels else "")
+            + "namespace {\n\n"
+            + "\n".join(backend for _, _, backend, _ in shims)
             + '\n}  // namespace\n\nextern "C" {\n'
-            + "".join(definition for _, _, definition in shims)
+            + "".join(definition for _, _, _, definition in shims)
             + "\n}\n"
         )
         if device == "cuda":

@@ -60,17 +60,28 @@ def test_generated_file_defines_each_shim_per_device_calling_below_autograd():
     text = c_shims.generate(REGISTRATION, "registration.cpp")
     cpu, cuda = text.split(f"#ifdef {c_shims.CUDA_GUARD}")
     for device, part in (("cpu", cpu), ("cuda", cuda)):
-        key = {"cpu": "CPU", "cuda": "CUDA"}[device]
         for op in ("scale", "mix"):
             assert f"AOTI_TORCH_EXPORT AOTITorchError aoti_torch_{device}_{op}(" in part
             assert f"\nAOTITorchError aoti_torch_{device}_{op}(" in part  # the definition
-            assert f"Redispatch<c10::DispatchKey::{key}, " in part
-            assert f'op("test_ns::{op}")' in part
-    # The dispatcher's C++ signature of each op, which typed() checks against the schema.
+    # CPU: the kernel the library defines as <namespace>::cpu::<op>, with the dispatcher's
+    # signature of the op, called directly.
     assert (
-        "::std::tuple<at::Tensor,at::Tensor> (const at::Tensor &, const at::Tensor &, bool, "
-        "c10::string_view, int64_t)" in cpu
-    )
+        "namespace test_ns::cpu {\n"
+        "at::Tensor scale(const at::Tensor & x, double alpha);\n"
+        "::std::tuple<at::Tensor,at::Tensor> mix(const at::Tensor & x, const at::Tensor & y, "
+        "bool swap, c10::string_view mode, int64_t n);\n}"
+    ) in cpu
+    assert "Call<&test_ns::cpu::scale>" in cpu
+    assert "Call<&test_ns::cpu::mix>" in cpu
+    assert "Redispatch" not in cpu
+    # CUDA: through the dispatcher, whose typed() checks the signature against the schema.
+    for op in ("scale", "mix"):
+        assert f'op("test_ns::{op}")' in cuda
+    assert (
+        "Redispatch<c10::DispatchKey::CUDA, ::std::tuple<at::Tensor,at::Tensor> "
+        "(const at::Tensor &, const at::Tensor &, bool, c10::string_view, int64_t)>"
+    ) in cuda
+    assert "test_ns::cpu" not in cuda
     assert "*ret1 = new_tensor_handle(std::move(std::get<1>(tmp_result)));" in cpu
     assert cuda.rstrip().endswith(f"#endif  // {c_shims.CUDA_GUARD}")
 
@@ -104,9 +115,12 @@ def test_an_out_companion_takes_out_first_as_aotinductor_passes_it():
         'TORCH_LIBRARY(test_ns, m) {}\nconst char* kOpSchemas[] = {"' + schema + '"};',
         "registration.cpp",
     )
-    # The dispatcher has `out` last, as the schema does; RedispatchOutFirst moves it there.
+    # The kernel, like the schema and the dispatcher, has `out` last; CallOutFirst and
+    # RedispatchOutFirst move it there.
+    assert "at::Tensor & scale_out(const at::Tensor & x, double alpha, at::Tensor & out);" in text
+    assert "CallOutFirst<&test_ns::cpu::scale_out>" in text
     assert (
-        "RedispatchOutFirst<c10::DispatchKey::CPU, at::Tensor & (const at::Tensor &, double, "
+        "RedispatchOutFirst<c10::DispatchKey::CUDA, at::Tensor & (const at::Tensor &, double, "
         'at::Tensor &)> op("test_ns::scale_out")'
     ) in text
     assert "*tensor_handle_to_tensor_pointer(out), resolve_tensor_dispatch_flags(x), alpha" in text

@@ -21,8 +21,9 @@ def torch_op_library(name, registration = "registration.cpp", visibility = None)
     folder of shared helpers (common/) is one more. `registration` holds the
     one TORCH_LIBRARY block with every schema, and registers the CUDA kernels
     when TORCH_OP_LIBRARY_CUDA is defined (where the CUDA part is linked in).
-    Adding an op means adding its folder, its schema line and its CUDA
-    registration line, nothing here. The op's AOTInductor C shims (for CPU,
+    Adding an op means adding its folder (its CPU kernel named
+    <namespace>::cpu::<op>, which the C shims call), its schema line and its
+    CUDA registration line, nothing here. The op's AOTInductor C shims (for CPU,
     and for CUDA where that part is linked in) are generated from its schema
     line by //tools/torch:c_shims into <name>_c_shims.cpp.
 
@@ -71,7 +72,7 @@ def torch_op_library(name, registration = "registration.cpp", visibility = None)
         }),
         deps = [
             "//third_party/libtorch:torch_cpu",
-            "//tools/torch:c_shim_redispatch",
+            "//tools/torch:c_shim_call",
         ],
         alwayslink = True,
     )

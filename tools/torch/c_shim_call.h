@@ -1,13 +1,18 @@
 #pragma once
 
 // The call behind each generated AOTInductor C shim of an op library (tools/torch/c_shims.py):
-// the op's kernel for one backend, reached through the dispatcher below the autograd keys.
+// the op's kernel for one backend, below the autograd keys.
 //
 // A package runs its graph without autograd, so a shim goes straight to the backend kernel, as
 // AOTInductor's own shims for ATen ops do (at::cpu::..., at::cuda::...). It also skips whatever
 // is registered at the Autograd keys, Python formulas included, so a package loaded in a Python
-// process never runs Python for these calls. The CUDA kernels read the current stream, which the
-// package's wrapper sets before it calls a shim.
+// process never runs Python for these calls.
+//
+// A CPU shim calls the op's CPU kernel as a plain C++ function (Call, CallOutFirst), the one the
+// library registers at the CPU key: at the sizes edge models run, the dispatcher's table lookup
+// and its bookkeeping were a tenth of a call. A CUDA shim goes through the dispatcher
+// (Redispatch), where a kernel launch dwarfs that; the CUDA kernels read the current stream,
+// which the package's wrapper sets before it calls a shim.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DispatchKey.h>
@@ -84,6 +89,24 @@ class RedispatchOutFirst : public Redispatch<kBackend, Signature> {
   decltype(auto) operator()(Out&& out, Rest&&... rest) const {
     return Redispatch<kBackend, Signature>::operator()(std::forward<Rest>(rest)...,
                                                        std::forward<Out>(out));
+  }
+};
+
+// The call behind the CPU shim of an op whose kernel is kKernel, with the dispatcher's signature.
+template <auto kKernel>
+struct Call {
+  template <class... Args>
+  decltype(auto) operator()(Args&&... args) const {
+    return kKernel(std::forward<Args>(args)...);
+  }
+};
+
+// Call for an out= op: the shim passes `out` first, the kernel, like the schema, takes it last.
+template <auto kKernel>
+struct CallOutFirst {
+  template <class Out, class... Rest>
+  decltype(auto) operator()(Out&& out, Rest&&... rest) const {
+    return kKernel(std::forward<Rest>(rest)..., std::forward<Out>(out));
   }
 };
 
