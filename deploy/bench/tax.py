@@ -167,32 +167,18 @@ def measure(ours: Path, theirs: Path, iters: int, rounds: int, timer: str, ops: 
     """Rounds of two export folders through both runners, on ours' sample input, each runner
     one process pinned to one CPU (`timer` is paired_timer, the C++ runner)."""
     inputs = ours / "sample_input.pt"
-    count = [str(iters), str(rounds), str(block(iters))]
-    cpp = [
-        timer,
-        "--ops",
-        ops,
-        "--input",
-        str(inputs),
-        "--calls",
-        count[0],
-        "--rounds",
-        count[1],
-        "--block",
-        count[2],
-        str(ours / "model.pt2"),
-        str(theirs / "model.pt2"),
-    ]
-    py = [sys.executable, "-c", PY_PAIRS, str(ours / "model.pt2"), str(theirs / "model.pt2"),
-          str(inputs), *count]  # fmt: skip
-    return Measured(cpp=_pairs(cpp, env, ours), py=_pairs(py, env, ours))
+    counts = [str(iters), str(rounds), str(block(iters))]
+    packages = [str(ours / "model.pt2"), str(theirs / "model.pt2")]
+    cpp = [timer, "--ops", ops, "--input", str(inputs), "--calls", counts[0], "--rounds",
+           counts[1], "--block", counts[2], *packages]  # fmt: skip
+    py = [sys.executable, "-c", PY_PAIRS, *packages, str(inputs), *counts]
+    return Measured(cpp=_pairs("C++", cpp, env, ours), py=_pairs("Python", py, env, ours))
 
 
-def _pairs(cmd: list[str], env: dict, what: Path) -> list[tuple[float, float]]:
+def _pairs(runner: str, cmd: list[str], env: dict, what: Path) -> list[tuple[float, float]]:
     """The (ours, theirs) lines a runner prints."""
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=_one_cpu)
     if proc.returncode != 0:
-        runner = "C++" if cmd[0] != sys.executable else "Python"
         sys.exit(f"bench: error: {runner} timing of {what} failed:\n{proc.stderr}")
     lines = [line.split() for line in proc.stdout.splitlines() if line.strip()]
     return [(float(a), float(b)) for a, b in lines]
