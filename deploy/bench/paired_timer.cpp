@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -111,22 +112,21 @@ double median_of(std::vector<double>& v) {
 
 int run(int argc, char** argv) {
   const Options opt = parse(argc, argv);
-  PrivateDir& dir = PrivateDir::create();
-  Stage::install(dir.path());
+  Stage::install();
+  const std::unique_ptr<PrivateDir> dir = PrivateDir::create();
   std::vector<VerifiedCopy> packages;
   for (size_t i = 0; i < 2; ++i) {
     packages.push_back(copy_and_hash(
-        opt.packages[i], dir.path() + "/model_" + std::to_string(i) + ".pt2", kPackageRole));
+        opt.packages[i], dir->path() + "/model_" + std::to_string(i) + ".pt2", kPackageRole));
   }
   std::vector<VerifiedCopy> libraries;
   for (size_t i = 0; i < opt.ops.size(); ++i) {
     libraries.push_back(copy_and_hash(
-        opt.ops[i], dir.path() + "/op_library_" + std::to_string(i) + ".so", kOpLibraryRole));
+        opt.ops[i], dir->path() + "/op_library_" + std::to_string(i) + ".so", kOpLibraryRole));
   }
   std::vector<at::Tensor> inputs = load_tensors(opt.input, "input file", kMaxInputBytes);
+  // As the loader runs a package: load_package turns on the input checks compiled into it.
   load_op_libraries(libraries);
-  // As the loader runs a package: with the input checks compiled into it.
-  ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);
   auto ours = load_package(packages[0], 1);
   auto theirs = load_package(packages[1], 1);
   validate_inputs(inputs, ours->get_metadata());
@@ -166,6 +166,7 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   using namespace my_ops::loader;
   PrivateDir::block_signals();
+  PrivateDir::handle_signals();
   int code = kOther;
   std::string error;
   try {

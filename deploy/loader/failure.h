@@ -6,21 +6,14 @@
 #include <string>
 #include <utility>
 
+#include "my_ops/error.h"
+
 namespace my_ops::loader {
 
-enum ExitCode : int {
-  kOk = 0,
-  kOther = 1,
-  kUsage = 2,
-  kOpsLibrary = 3,
-  kPackageMissing = 4,
-  kPackageCorrupt = 5,
-  kInputUnreadable = 6,
-  kInputMismatch = 7,
-  kOutputUnwritable = 8,
-  kExpectMismatch = 9,
-  kIntegrity = 10,
-};
+// The codes are the deploy API's (my_ops/error.h): the loader is built on that API and exits
+// with the code of the error that ended it.
+using deploy::ExitCode;
+using enum deploy::ExitCode;
 
 struct Failure {
   int code;

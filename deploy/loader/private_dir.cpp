@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -23,8 +24,8 @@ namespace my_ops::loader {
 namespace {
 
 std::mutex g_mutex;
-std::string g_dir;      // guarded by g_mutex
-std::string g_pending;  // guarded by g_mutex
+std::set<std::string> g_dirs;  // guarded by g_mutex: every folder not yet removed
+std::string g_pending;         // guarded by g_mutex
 
 sigset_t handled_signals() {
   sigset_t set;
@@ -40,10 +41,10 @@ void remove_locked() {
     ::unlink(g_pending.c_str());
     g_pending.clear();
   }
-  if (!g_dir.empty()) {
-    ::nftw(g_dir.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    g_dir.clear();
+  for (const std::string& dir : g_dirs) {
+    ::nftw(dir.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
   }
+  g_dirs.clear();
 }
 
 void wait_for_signal() {
@@ -101,7 +102,9 @@ void PrivateDir::block_signals() {
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-PrivateDir& PrivateDir::create() {
+void PrivateDir::handle_signals() { std::thread(wait_for_signal).detach(); }
+
+std::unique_ptr<PrivateDir> PrivateDir::create() {
   const char* env = std::getenv("TMPDIR");
   const std::string base = env && *env ? env : "/tmp";
   remove_stale(base);
@@ -111,36 +114,50 @@ PrivateDir& PrivateDir::create() {
   if (::mkdtemp(buf.data()) == nullptr) {
     fail(kOther, "cannot create a temporary folder " + tmpl + ": " + std::strerror(errno));
   }
+  const std::string path = buf.data();
   {
     std::lock_guard<std::mutex> lock(g_mutex);
-    g_dir = buf.data();
+    g_dirs.insert(path);
   }
-  // Held, and never closed, until the process ends (O_CLOEXEC: no child inherits it). Locked
-  // under another name and then renamed, so that whoever finds "lock" finds it locked.
-  const std::string lock = std::string(buf.data()) + "/" + kLockFile;
+  // LibTorch ends the process with exit() on some errors (a duplicate registry key, say).
+  static const bool at_exit = std::atexit(remove_all) == 0;
+  (void)at_exit;
+  const auto remove_folder = [&path] {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    ::nftw(path.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    g_dirs.erase(path);
+  };
+  // Held until the folder is removed (O_CLOEXEC: no child inherits it). Locked under another
+  // name and then renamed, so that whoever finds "lock" finds it locked.
+  const std::string lock = path + "/" + kLockFile;
   const std::string unlocked = lock + ".new";
   const int lock_fd =
       ::open(unlocked.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0 ||
       ::rename(unlocked.c_str(), lock.c_str()) != 0) {
     const int err = errno;
-    remove_all();
-    fail(kOther,
-         "cannot lock the temporary folder " + std::string(buf.data()) + ": " + std::strerror(err));
+    if (lock_fd >= 0) ::close(lock_fd);
+    remove_folder();
+    fail(kOther, "cannot lock the temporary folder " + path + ": " + std::strerror(err));
   }
   struct statvfs fs{};
-  if (::statvfs(buf.data(), &fs) == 0 && (fs.f_flag & ST_NOEXEC) != 0) {
-    remove_all();
+  if (::statvfs(path.c_str(), &fs) == 0 && (fs.f_flag & ST_NOEXEC) != 0) {
+    ::close(lock_fd);
+    remove_folder();
     fail(kOther, "the temporary folder " + base +
                      " is on a file system mounted noexec, where the op libraries and the model "
                      "cannot be loaded; set TMPDIR to a folder on another file system");
   }
-  std::thread(wait_for_signal).detach();
-  // LibTorch ends the process with exit() on some errors (a duplicate registry key, say).
-  std::atexit(remove_all);
-  ::setenv("TMPDIR", buf.data(), 1);
-  static PrivateDir dir(buf.data());
-  return dir;
+  return std::unique_ptr<PrivateDir>(new PrivateDir(path, lock_fd));
+}
+
+PrivateDir::~PrivateDir() {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    // remove_all() may have removed it already (a signal, exit()).
+    if (g_dirs.erase(path_) != 0) ::nftw(path_.c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  }
+  ::close(lock_fd_);
 }
 
 void PrivateDir::set_pending_file(const std::string* path) {

@@ -8,8 +8,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <exception>
 #include <fstream>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -23,8 +27,8 @@ namespace {
 
 // What went wrong inside LibTorch: AOTI's runtime prints the reason on stderr ("Error:
 // input_handles[0]: ...") and throws an exception that only says which call failed.
-std::string reason(Stage& stage, const std::exception& e) {
-  std::string printed = stage.take_first_line();
+std::string reason(const std::exception& e) {
+  std::string printed = Stage::take_first_line();
   if (printed.rfind("Error: ", 0) == 0) printed.erase(0, 7);
   return printed.empty() ? error_text(e) : printed;
 }
@@ -53,7 +57,13 @@ bool mapped_in_process(uint64_t device, uint64_t inode) {
 }  // namespace
 
 void load_op_libraries(const std::vector<VerifiedCopy>& libraries) {
+  // The libraries this process has loaded, by sha256: a second model that needs one uses it as
+  // it is, where loading its own copy would register every op a second time.
+  static std::mutex mutex;
+  static std::set<std::string> loaded;
+  const std::lock_guard<std::mutex> lock(mutex);
   for (const auto& lib : libraries) {
+    if (loaded.count(lib.sha256) != 0) continue;
     if (mapped_in_process(lib.source_device, lib.source_inode)) continue;
     // A LibTorch error in the library's static initialisers ends the process from inside
     // dlopen(); the stage turns that into this library's one line and exit 3.
@@ -68,6 +78,7 @@ void load_op_libraries(const std::vector<VerifiedCopy>& libraries) {
       fail(kOpsLibrary,
            "cannot load op library " + lib.source + ": " + why.substr(0, why.find('\n')));
     }
+    loaded.insert(lib.sha256);
   }
 }
 
@@ -83,14 +94,32 @@ void load_cuda_backend() {
 }
 
 std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const VerifiedCopy& package,
-                                                                      long runners) {
+                                                                      long runners,
+                                                                      int device_index) {
   Stage stage(kPackageCorrupt, "cannot load package " + package.source);
   try {
+    // AOTIModelPackageLoader extracts the package into a new folder under $TMPDIR: here, the
+    // private folder that holds the copy, which nobody else can write. The variable is the
+    // process's, so loads take turns and put it back.
+    static std::mutex tmpdir_mutex;
+    const std::lock_guard<std::mutex> lock(tmpdir_mutex);
+    const char* previous = std::getenv("TMPDIR");
+    const std::optional<std::string> saved =
+        previous ? std::optional<std::string>(previous) : std::nullopt;
+    const std::string folder = package.copy.substr(0, package.copy.rfind('/'));
+    ::setenv("TMPDIR", folder.c_str(), 1);
+    // Enables the shape/dtype/stride checks compiled into every AOTI model; without them a bad
+    // input is undefined behaviour inside generated code. (Left as it is when already set.)
+    ::setenv("AOTI_RUNTIME_CHECK_INPUTS", "1", 0);
+    struct Restore {
+      const std::optional<std::string>& saved;
+      ~Restore() { saved ? ::setenv("TMPDIR", saved->c_str(), 1) : ::unsetenv("TMPDIR"); }
+    } restore{saved};
     return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
         package.copy, "model", /*run_single_threaded=*/false, static_cast<size_t>(runners),
-        /*device_index=*/-1);
+        static_cast<c10::DeviceIndex>(device_index));
   } catch (const std::exception& e) {
-    const std::string msg = reason(stage, e);
+    const std::string msg = reason(e);
     // dlopen()'s text for a C shim no loaded library defines (only reachable with --no-verify:
     // otherwise check_registrations found it missing first).
     const std::string undefined_shim = "undefined symbol: aoti_torch_";
@@ -113,14 +142,12 @@ std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const Veri
   }
 }
 
-namespace {
-
 std::vector<at::Tensor> run_once(torch::inductor::AOTIModelPackageLoader& loader,
-                                 const std::vector<at::Tensor>& inputs, Stage& stage) {
+                                 const std::vector<at::Tensor>& inputs) {
   try {
     return loader.run(inputs);
   } catch (const std::exception& e) {
-    const std::string msg = reason(stage, e);
+    const std::string msg = reason(e);
     // AOTI's runtime input checks (AOTI_RUNTIME_CHECK_INPUTS) report through the same exception
     // type as kernel failures; their text is the only tell.
     const bool input_check = msg.find("input_handles") != std::string::npos ||
@@ -128,6 +155,8 @@ std::vector<at::Tensor> run_once(torch::inductor::AOTIModelPackageLoader& loader
     fail(input_check ? kInputMismatch : kOther, "model run failed: " + msg);
   }
 }
+
+namespace {
 
 bool identical(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
   if (a.size() != b.size()) return false;
@@ -139,13 +168,13 @@ bool identical(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
 
 }  // namespace
 
-std::vector<at::Tensor> run_concurrently(torch::inductor::AOTIModelPackageLoader& loader,
+std::vector<at::Tensor> run_concurrently(const RunFunction& run,
                                          const std::vector<at::Tensor>& inputs, long threads,
                                          long total, std::vector<double>* latencies) {
   Stage stage(kOther, "model run failed");
-  std::vector<at::Tensor> reference = run_once(loader, inputs, stage);
+  std::vector<at::Tensor> reference = run(inputs);
   std::vector<std::vector<double>> per_thread(threads);
-  std::vector<std::optional<Failure>> errors(threads);
+  std::vector<std::exception_ptr> errors(threads);
   std::atomic<bool> stop{false};
   std::atomic<bool> mismatch{false};
   auto worker = [&](long t) {
@@ -153,7 +182,7 @@ std::vector<at::Tensor> run_concurrently(torch::inductor::AOTIModelPackageLoader
     try {
       for (long i = 0; i < iters && !stop; ++i) {
         auto t0 = std::chrono::steady_clock::now();
-        auto out = run_once(loader, inputs, stage);
+        auto out = run(inputs);
         auto t1 = std::chrono::steady_clock::now();
         per_thread[t].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         if (!identical(out, reference)) {
@@ -161,11 +190,8 @@ std::vector<at::Tensor> run_concurrently(torch::inductor::AOTIModelPackageLoader
           stop = true;
         }
       }
-    } catch (const Failure& f) {
-      errors[t] = f;
-      stop = true;
-    } catch (const std::exception& e) {
-      errors[t] = Failure{kOther, error_text(e)};
+    } catch (...) {
+      errors[t] = std::current_exception();
       stop = true;
     }
   };
@@ -189,7 +215,7 @@ std::vector<at::Tensor> run_concurrently(torch::inductor::AOTIModelPackageLoader
     }
   }
   for (auto& e : errors) {
-    if (e) throw *e;
+    if (e) std::rethrow_exception(e);
   }
   if (mismatch) fail(kOther, "outputs differ between runs (not bit-identical)");
   if (latencies) {

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,8 +14,9 @@
 
 namespace my_ops::loader {
 
-// dlopen()s each verified copy through its descriptor, into the global scope. The package
-// resolves custom ops and classes through the global registry the libraries' static
+// dlopen()s each verified copy through its descriptor, into the global scope, unless this
+// process has one with its sha256 already (another model's) or maps the file it was copied from.
+// The package resolves custom ops and classes through the global registry the libraries' static
 // initialisers fill in, and its C shims through the global symbol scope, so this comes first.
 // Fails with kOpsLibrary.
 void load_op_libraries(const std::vector<VerifiedCopy>& libraries);
@@ -24,15 +26,24 @@ void load_op_libraries(const std::vector<VerifiedCopy>& libraries);
 // Fails with kOther, saying what the host lacks.
 void load_cuda_backend();
 
-// Fails with kOpsLibrary when the package needs an op or class no library provides, else with
-// kPackageCorrupt.
+// Loads the package's verified copy with `runners` model instances (so that many runs at once),
+// on CUDA device `device_index` for a CUDA package (-1: the current one), extracting it into the
+// private folder that holds the copy. Fails with kOpsLibrary when the package needs an op or class
+// no library provides, else with kPackageCorrupt.
 std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load_package(const VerifiedCopy& package,
-                                                                      long runners);
+                                                                      long runners,
+                                                                      int device_index = -1);
+
+// One run, with LibTorch's failures as kInputMismatch (AOTI's own input checks) or kOther.
+std::vector<at::Tensor> run_once(torch::inductor::AOTIModelPackageLoader& loader,
+                                 const std::vector<at::Tensor>& inputs);
+
+using RunFunction = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 
 // One reference run, then `total` more shared out over `threads` threads, each checked bit for
 // bit against the reference, which is returned. Per-call latencies (ms) go to `latencies` when
-// non-null.
-std::vector<at::Tensor> run_concurrently(torch::inductor::AOTIModelPackageLoader& loader,
+// non-null. The first exception a run throws is rethrown.
+std::vector<at::Tensor> run_concurrently(const RunFunction& run,
                                          const std::vector<at::Tensor>& inputs, long threads,
                                          long total, std::vector<double>* latencies);
 

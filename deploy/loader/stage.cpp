@@ -1,6 +1,7 @@
 #include "deploy/loader/stage.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -99,11 +100,11 @@ void on_exit() {
 
 }  // namespace
 
-void Stage::install(const std::string& private_dir) {
+void Stage::install() {
   std::set_terminate(on_terminate);
   std::atexit(on_exit);
-  const std::string path = private_dir + "/stderr.log";
-  g_capture_fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  // An anonymous file: nothing on disk to clean up, nothing another process can open.
+  g_capture_fd = ::memfd_create("stage_stderr", MFD_CLOEXEC);
 }
 
 Stage::Stage(int code, std::string what) : uncaught_at_start_(std::uncaught_exceptions()) {

@@ -6,7 +6,7 @@
 // a library's static initialiser calls std::terminate (a second TORCH_LIBRARY for a namespace,
 // say), c10's registries call exit(1) on a duplicate key, and AOTInductor's runtime prints its
 // own "Error: ..." line on stderr before it throws an exception that says only "API call
-// failed". While a Stage is active, stderr goes to a file in the private folder; a fatal end
+// failed". While a Stage is active, stderr goes to an anonymous file; a fatal end
 // (terminate, exit) prints "loader: error: <what>: <first line written meanwhile>", removes the
 // private folder and exits with the stage's code.
 
@@ -16,9 +16,10 @@ namespace my_ops::loader {
 
 class Stage {
  public:
-  // Installs the std::terminate and exit handlers, with the capture file in `private_dir`;
-  // call once, after PrivateDir::create().
-  static void install(const std::string& private_dir);
+  // Installs the std::terminate and exit handlers and the capture file (an anonymous one, in
+  // memory); a program calls it once, first thing. Without it a Stage captures nothing and
+  // handles no fatal end: a library embedding the runtime leaves those to its application.
+  static void install();
 
   // `code` and `what` ("cannot load op library X") describe a fatal end while this lives.
   Stage(int code, std::string what);
@@ -28,9 +29,9 @@ class Stage {
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
 
-  // The first non-empty line written to stderr since the stage began, or "" (the rest is
-  // dropped: the caller reports it in its own line instead).
-  std::string take_first_line();
+  // The first non-empty line written to stderr since the active stage began, or "" when no
+  // stage captures stderr (the rest is dropped: the caller reports it in its own line instead).
+  static std::string take_first_line();
 
  private:
   int uncaught_at_start_;

@@ -272,16 +272,18 @@ void validate_inputs(const std::vector<at::Tensor>& inputs,
   auto it = metadata.find(kInputSignatureKey);
   if (it == metadata.end()) return;
   // Without a signature this loader understands, AOTI's own runtime checks still apply.
-  auto specs = parse_input_signature(it->second);
-  if (!specs) return;
-  if (inputs.size() != specs->size()) {
-    fail(kInputMismatch, "model takes " + std::to_string(specs->size()) + " input(s), got " +
+  if (auto specs = parse_input_signature(it->second)) check_inputs(inputs, *specs);
+}
+
+void check_inputs(const std::vector<at::Tensor>& inputs, const std::vector<InputSpec>& specs) {
+  if (inputs.size() != specs.size()) {
+    fail(kInputMismatch, "model takes " + std::to_string(specs.size()) + " input(s), got " +
                              std::to_string(inputs.size()));
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& t = inputs[i];
     const std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
-    if (auto why = input_mismatch(c10::toString(t.scalar_type()), sizes, (*specs)[i])) {
+    if (auto why = input_mismatch(c10::toString(t.scalar_type()), sizes, specs[i])) {
       fail(kInputMismatch, "input " + std::to_string(i) + " " + shape_string(t) + ": " + *why);
     }
   }

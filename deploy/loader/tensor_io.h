@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "deploy/loader/input_signature.h"
+
 namespace my_ops::loader {
 
 // A file's bytes, 64-byte aligned (as torch.save aligns its records), shared by every tensor
@@ -52,6 +54,9 @@ void save_tensors(const std::string& path, const std::vector<at::Tensor>& tensor
 // Fails with kInputMismatch.
 void validate_inputs(const std::vector<at::Tensor>& inputs,
                      const std::unordered_map<std::string, std::string>& metadata);
+
+// The same against a signature already parsed.
+void check_inputs(const std::vector<at::Tensor>& inputs, const std::vector<InputSpec>& specs);
 
 // Fails with kExpectMismatch when `got` differs from `want` (allclose, or bit for bit).
 void compare_expected(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,

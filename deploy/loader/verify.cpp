@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iostream>
 #include <optional>
 
 #include "deploy/loader/failure.h"
@@ -52,7 +51,7 @@ void check_package(const VerifiedCopy& package, uint64_t max_unpacked_bytes) {
     entries = read_zip_directory(
         [fd](uint64_t offset, void* buf, size_t n) { return read_at(fd, offset, buf, n); },
         package.size);
-    check_zip_entries(entries, max_unpacked_bytes << 20);
+    check_zip_entries(entries, max_unpacked_bytes);
   } catch (const ZipError& e) {
     std::string hint =
         std::strstr(e.what(), "-byte cap") ? " (raise it with --max-unpacked-mib)" : "";
@@ -78,14 +77,8 @@ void check_package(const VerifiedCopy& package, uint64_t max_unpacked_bytes) {
   }
 }
 
-std::string verify_manifest(const Options& opt, const VerifiedCopy& package,
-                            const std::vector<VerifiedCopy>& libraries,
-                            Registrations* registrations) {
-  if (!opt.verify) {
-    std::cerr << "loader: WARNING: --no-verify: the package and op libraries are NOT checked "
-                 "against a manifest; running unverified native code\n";
-    return "";
-  }
+Manifest verify_manifest(const ManifestCheck& opt, const VerifiedCopy& package,
+                         const std::vector<VerifiedCopy>& libraries) {
   const bool by_default = opt.manifest.empty();
   const std::string path = by_default ? dir_name(package.source) + "/manifest.json" : opt.manifest;
   const std::optional<std::string> text = read_small(path, kManifestRole, kMaxManifestBytes);
@@ -166,8 +159,7 @@ std::string verify_manifest(const Options& opt, const VerifiedCopy& package,
     fail(kIntegrity, "op library " + lib.source + " (sha256 " + lib.sha256 +
                          ") is not listed in manifest " + path);
   }
-  *registrations = std::move(m.registrations);
-  return m.device;
+  return m;
 }
 
 }  // namespace my_ops::loader

@@ -248,7 +248,9 @@ def _loader_commands(run: Run, cxx_flags: list[str], torch_link: list[str]):
         "deploy/contract/package_contract.py",
         "deploy/contract/package_contract.json",
     ]
-    cmd = [run.facts["cxx"], *cxx_flags, f"-I{gen}", "-O2", "-pthread"]
+    # The loader is built on the deploy API, whose public headers sit under deploy/sdk/include.
+    cmd = [run.facts["cxx"], *cxx_flags, f"-I{gen}", f"-I{ROOT / 'deploy/sdk/include'}", "-O2"]
+    cmd += ["-pthread"]
     cmd += ["-o", str(run.work / "loader")]
     for hit in (sodium, nlohmann):
         # g++ searches /usr/include anyway; an -isystem for it would come before libstdc++'s
@@ -256,7 +258,8 @@ def _loader_commands(run: Run, cxx_flags: list[str], torch_link: list[str]):
         # on sodium.h or nlohmann/json.hpp, which the loader step explains.
         if hit and (hit[0] / "include").resolve() not in SYSTEM_INCLUDES:
             cmd += ["-isystem", str(hit[0] / "include")]
-    cmd += sorted(str(p) for p in (ROOT / "deploy/loader").glob("*.cpp"))
+    for folder in ("deploy/loader", "deploy/sdk"):
+        cmd += sorted(str(p) for p in (ROOT / folder).glob("*.cpp"))
     cmd += ([str(sodium[0] / sodium[1])] if sodium else []) + torch_link + ["-ldl"]
     return [*contract, str(header)], cmd
 

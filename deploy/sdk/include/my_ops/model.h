@@ -1,0 +1,146 @@
+#pragma once
+
+// The my_ops deploy API: open an AOTInductor package that calls the my_ops ops, and run it from
+// C++, in process, with the checks of the `loader` program (which is built on this API).
+//
+//   my_ops::deploy::OpenOptions options;
+//   options.package = "model.pt2";  // manifest.json beside it is checked
+//   my_ops::deploy::Model model = my_ops::deploy::Model::open(options);
+//   std::vector<at::Tensor> outputs = model.run({at::ones({4, 64})});
+//
+// What open() does, in this order, before any code from the package or an op library runs: it
+// copies the package and each op library into a private folder (mode 0700) while hashing them,
+// through one descriptor per file, and from then on uses only the copies; checks that the package
+// is a zip that is safe to extract and holds a model; and, unless `verify` is false, checks the
+// copies against the manifest (sha256, torch release, target, CPU features, signature with
+// `public_key`). Then it loads the op libraries (dlopen, RTLD_GLOBAL), checks that they register
+// every op and class the manifest says the package calls, with the same schemas, and loads the
+// package. Each failure is one my_ops::deploy::Error (my_ops/error.h).
+//
+// Threads: run() may be called from any number of threads at once; up to `runners` runs proceed
+// together and the rest wait for a free runner. open() may be called from several threads too:
+// the loads take turns. Each Model keeps its private folder (the copies, the extracted package)
+// until it is destroyed; destroying one Model leaves every other working.
+//
+// What a caller must not do:
+// - destroy a Model while a run() on it is in progress (as with any C++ object);
+// - read or change $TMPDIR from another thread while a Model opens: the package is extracted
+//   under $TMPDIR, which open() points at the private folder for the duration of the load;
+// - load a second copy of an op library this process already has (a different path to the same
+//   bytes is found by its sha256 and refused; a rebuilt one would register its ops twice, which
+//   LibTorch answers by ending the process).
+// The op libraries stay loaded until the process ends (their registrations cannot be undone).
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "my_ops/error.h"
+
+namespace my_ops::deploy {
+
+struct OpenOptions {
+  // The package (model.pt2) to load.
+  std::string package;
+  // The manifest the exporter wrote with it; "" for manifest.json beside the package.
+  std::string manifest;
+  // false: skip the manifest (and so the sha256, target and signature checks). Only for
+  // packages of your own, on your own machine.
+  bool verify = true;
+  // An Ed25519 public key (PEM or raw 32 bytes); when set, manifest.sig beside the manifest must
+  // be its signature of the manifest.
+  std::string public_key;
+  // The op libraries the package calls, loaded in this order; empty for the libmy_ops.so beside
+  // the library that holds this API (the SDK's lib/, the loader's bundle folder).
+  std::vector<std::string> op_libraries;
+  // The package's total unpacked size may not exceed this (a zip bomb is refused unread).
+  uint64_t max_unpacked_bytes = uint64_t{32} << 30;
+  // How many runs may proceed at once (each runner holds its own activations).
+  int runners = 1;
+  // The CUDA device a CUDA package runs on; -1 for the current device. Ignored on CPU.
+  int device_index = -1;
+};
+
+// The sizes a dim of an input may take: min..max, max unset for unbounded. A static dim has
+// min == max.
+struct DimRange {
+  int64_t min = 0;
+  std::optional<int64_t> max;
+};
+
+// What an input of the package must be: its dtype (c10's name: "Float", "Half", "BFloat16", ...)
+// and the range of each of its dims.
+struct InputSignature {
+  std::string dtype;
+  std::vector<DimRange> dims;
+};
+
+struct Metadata {
+  // From the package itself.
+  std::string package_sha256;          // of the bytes loaded
+  std::string device;                  // "cpu" or "cuda"
+  std::vector<InputSignature> inputs;  // empty when the package carries no input signature
+  // From the manifest; empty when opened with verify = false.
+  std::string torch_version;              // the torch release the package was exported with
+  std::string target;                     // "linux-x86_64", "linux-aarch64"
+  std::string isa;                        // the level its code was compiled for ("x86-64-v3")
+  std::vector<std::string> cpu_features;  // what the package's code needs of the CPU
+  std::vector<std::string> ops;           // the custom ops it calls, "ns::op[.overload]"
+  std::vector<std::string> classes;       // the custom classes it holds, "ns::Class"
+};
+
+// A package and its op libraries copied into a private folder and checked, with none of their
+// code loaded: the first half of Model::open. A program that has more to check (its own input
+// files, say) can do it between the halves, so that a mistake there costs no model load.
+class CheckedPackage {
+ public:
+  // Throws Error.
+  static CheckedPackage check(const OpenOptions& options);
+
+  CheckedPackage(CheckedPackage&&) noexcept;
+  CheckedPackage& operator=(CheckedPackage&&) noexcept;
+  ~CheckedPackage();
+
+  struct Impl;
+
+ private:
+  friend class Model;
+  explicit CheckedPackage(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class Model {
+ public:
+  // Throws Error; see the top of this file for what it checks, in which order.
+  static Model open(const OpenOptions& options);
+  // The second half of open(): loads the op libraries and the package.
+  static Model load(CheckedPackage&& package);
+
+  Model(Model&&) noexcept;
+  Model& operator=(Model&&) noexcept;
+  ~Model();
+
+  // Runs the package on `inputs`, which must fit its input signature (kInputMismatch otherwise,
+  // before anything runs). CPU inputs are moved to a CUDA package's device; outputs are on the
+  // package's device. Safe from several threads at once.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+
+  // What run() does to its inputs first: checks them against the input signature, makes them
+  // contiguous and moves them to the package's device. Inputs prepared once can be run many
+  // times without those copies.
+  std::vector<at::Tensor> prepare(const std::vector<at::Tensor>& inputs) const;
+
+  const Metadata& metadata() const;
+
+  struct Impl;
+
+ private:
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace my_ops::deploy

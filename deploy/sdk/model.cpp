@@ -1,0 +1,221 @@
+#include "my_ops/model.h"
+
+#include <dlfcn.h>
+
+#include <exception>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "deploy/loader/failure.h"
+#include "deploy/loader/input_signature.h"
+#include "deploy/loader/manifest.h"
+#include "deploy/loader/op_check.h"
+#include "deploy/loader/private_dir.h"
+#include "deploy/loader/runner.h"
+#include "deploy/loader/tensor_io.h"
+#include "deploy/loader/verified_copy.h"
+#include "deploy/loader/verify.h"
+
+namespace my_ops::deploy {
+namespace {
+
+constexpr loader::FileRole kPackageRole{"package", kPackageMissing, kPackageCorrupt};
+constexpr loader::FileRole kOpLibraryRole{"op library", kOpsLibrary, kOpsLibrary};
+
+// Runs `body` with every failure of the runtime underneath turned into an Error, the one type
+// the API throws.
+template <class Body>
+decltype(auto) translated(Body&& body) {
+  try {
+    return body();
+  } catch (const Error&) {
+    throw;
+  } catch (const loader::Failure& failure) {
+    throw Error(static_cast<ExitCode>(failure.code), failure.message);
+  } catch (const std::exception& e) {
+    throw Error(kOther, loader::error_text(e));
+  } catch (...) {
+    throw Error(kOther, "unknown exception");
+  }
+}
+
+// libmy_ops.so in the folder of the file that holds this code: the SDK's lib/, or the folder of
+// a program linked with it statically (the loader's bundle).
+std::string default_op_library() {
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&default_op_library), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    return "libmy_ops.so";
+  }
+  const std::string self = info.dli_fname;
+  const size_t slash = self.rfind('/');
+  return (slash == std::string::npos ? std::string(".") : self.substr(0, slash)) + "/libmy_ops.so";
+}
+
+[[noreturn]] void fail_usage(std::string message) { throw Error(kUsage, std::move(message)); }
+
+std::vector<InputSignature> public_signature(const std::vector<loader::InputSpec>& specs) {
+  std::vector<InputSignature> out;
+  for (const auto& spec : specs) {
+    InputSignature signature{spec.dtype, {}};
+    for (const auto& dim : spec.dims) {
+      signature.dims.push_back(
+          DimRange{dim.lo, dim.hi < 0 ? std::nullopt : std::optional<int64_t>(dim.hi)});
+    }
+    out.push_back(std::move(signature));
+  }
+  return out;
+}
+
+}  // namespace
+
+struct CheckedPackage::Impl {
+  OpenOptions options;
+  std::unique_ptr<loader::PrivateDir> dir;
+  loader::VerifiedCopy package;
+  std::vector<loader::VerifiedCopy> libraries;
+  std::optional<loader::Manifest> manifest;  // none with verify = false
+};
+
+CheckedPackage CheckedPackage::check(const OpenOptions& options) {
+  return translated([&] {
+    auto impl = std::make_unique<Impl>();
+    impl->options = options;
+    OpenOptions& opt = impl->options;
+    if (opt.package.empty()) fail_usage("no package given (OpenOptions::package)");
+    if (opt.runners < 1) {
+      fail_usage("OpenOptions::runners must be at least 1, got " + std::to_string(opt.runners));
+    }
+    if (opt.op_libraries.empty()) opt.op_libraries.push_back(default_op_library());
+
+    impl->dir = loader::PrivateDir::create();
+    const std::string& dir = impl->dir->path();
+    // Each file is opened once, hashed while it is copied into the private folder, and only the
+    // copies are used from here on. Cheap checks come first, so mistakes cost no model load, and
+    // everything is verified before any of its code can run.
+    impl->package = loader::copy_and_hash(opt.package, dir + "/model.pt2", kPackageRole);
+    loader::check_package(impl->package, opt.max_unpacked_bytes);
+    auto& libraries = impl->libraries;
+    for (size_t i = 0; i < opt.op_libraries.size(); ++i) {
+      libraries.push_back(loader::copy_and_hash(
+          opt.op_libraries[i], dir + "/op_library_" + std::to_string(i) + ".so", kOpLibraryRole));
+      // A second copy would register its ops again, which LibTorch answers with an abort.
+      for (size_t j = 0; j < i; ++j) {
+        if (libraries[j].sha256 == libraries[i].sha256) {
+          fail_usage("op library " + opt.op_libraries[i] + " is the same library as " +
+                     opt.op_libraries[j] + " (sha256 " + libraries[i].sha256 +
+                     "): pass each library once");
+        }
+      }
+    }
+    if (opt.verify) {
+      impl->manifest =
+          loader::verify_manifest({opt.manifest, opt.public_key}, impl->package, impl->libraries);
+    }
+    return CheckedPackage(std::move(impl));
+  });
+}
+
+CheckedPackage::CheckedPackage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CheckedPackage::CheckedPackage(CheckedPackage&&) noexcept = default;
+CheckedPackage& CheckedPackage::operator=(CheckedPackage&&) noexcept = default;
+CheckedPackage::~CheckedPackage() = default;
+
+struct Model::Impl {
+  // Keeps the private folder, and so the copies and the extracted package, alive.
+  std::unique_ptr<CheckedPackage::Impl> package;
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> runner;
+  std::optional<std::vector<loader::InputSpec>> signature;
+  std::optional<c10::Device> device;  // the package's, when not the CPU
+  Metadata metadata;
+};
+
+Model Model::open(const OpenOptions& options) { return load(CheckedPackage::check(options)); }
+
+Model Model::load(CheckedPackage&& checked) {
+  return translated([&] {
+    if (!checked.impl_) throw Error(kUsage, "Model::load: the package was moved from");
+    auto impl = std::make_unique<Impl>();
+    impl->package = std::move(checked.impl_);
+    const CheckedPackage::Impl& package = *impl->package;
+    const loader::Registrations none;
+    const loader::Registrations& needed = package.manifest ? package.manifest->registrations : none;
+
+    if (package.manifest && package.manifest->device == "cuda") loader::load_cuda_backend();
+    loader::load_op_libraries(package.libraries);
+    loader::check_registrations(needed, package.options.op_libraries);
+    impl->runner = loader::load_package(package.package, package.options.runners,
+                                        package.options.device_index);
+
+    const auto aoti_metadata = impl->runner->get_metadata();
+    Metadata& md = impl->metadata;
+    md.package_sha256 = package.package.sha256;
+    md.device = "cpu";
+    if (auto it = aoti_metadata.find("AOTI_DEVICE_KEY"); it != aoti_metadata.end()) {
+      md.device = it->second;
+      if (it->second != "cpu") {
+        try {
+          impl->device = c10::Device(it->second);
+        } catch (const std::exception&) {
+          throw Error(kPackageCorrupt, "package " + package.package.source +
+                                           " names an unknown device " + it->second);
+        }
+      }
+    }
+    // Without a signature this runtime understands, AOTI's own runtime checks still apply.
+    if (auto it = aoti_metadata.find(loader::kInputSignatureKey); it != aoti_metadata.end()) {
+      impl->signature = loader::parse_input_signature(it->second);
+      if (impl->signature) md.inputs = public_signature(*impl->signature);
+    }
+    if (package.manifest) {
+      const loader::Manifest& m = *package.manifest;
+      md.torch_version = m.torch_version;
+      md.target = m.target;
+      md.isa = m.isa;
+      md.cpu_features = m.cpu_features;
+      for (const auto& op : m.registrations.ops) md.ops.push_back(op.name);
+      for (const auto& cls : m.registrations.classes) md.classes.push_back(cls.name);
+    }
+    return Model(std::move(impl));
+  });
+}
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::Model(Model&&) noexcept = default;
+Model& Model::operator=(Model&&) noexcept = default;
+Model::~Model() = default;
+
+std::vector<at::Tensor> Model::prepare(const std::vector<at::Tensor>& inputs) const {
+  return translated([&] {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (!inputs[i].defined()) {
+        throw Error(kInputMismatch, "input " + std::to_string(i) + " is an undefined tensor");
+      }
+    }
+    // Before contiguous(): an input of absurd declared size (zero strides over a tiny storage)
+    // is refused here instead of being materialised.
+    if (impl_->signature) loader::check_inputs(inputs, *impl_->signature);
+    std::vector<at::Tensor> prepared;
+    prepared.reserve(inputs.size());
+    for (const auto& t : inputs) prepared.push_back(t.contiguous());
+    if (impl_->device) {
+      try {
+        for (auto& t : prepared) t = t.to(*impl_->device);
+      } catch (const std::exception& e) {
+        throw Error(kOther, "cannot move inputs to the package's device " + impl_->metadata.device +
+                                ": " + loader::error_text(e));
+      }
+    }
+    return prepared;
+  });
+}
+
+std::vector<at::Tensor> Model::run(const std::vector<at::Tensor>& inputs) const {
+  const std::vector<at::Tensor> prepared = prepare(inputs);
+  return translated([&] { return loader::run_once(*impl_->runner, prepared); });
+}
+
+const Metadata& Model::metadata() const { return impl_->metadata; }
+
+}  // namespace my_ops::deploy
