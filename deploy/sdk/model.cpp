@@ -16,29 +16,15 @@
 #include "deploy/loader/tensor_io.h"
 #include "deploy/loader/verified_copy.h"
 #include "deploy/loader/verify.h"
+#include "deploy/sdk/translated.h"
 
 namespace my_ops::deploy {
 namespace {
 
+using internal::translated;
+
 constexpr loader::FileRole kPackageRole{"package", kPackageMissing, kPackageCorrupt};
 constexpr loader::FileRole kOpLibraryRole{"op library", kOpsLibrary, kOpsLibrary};
-
-// Runs `body` with every failure of the runtime underneath turned into an Error, the one type
-// the API throws.
-template <class Body>
-decltype(auto) translated(Body&& body) {
-  try {
-    return body();
-  } catch (const Error&) {
-    throw;
-  } catch (const loader::Failure& failure) {
-    throw Error(static_cast<ExitCode>(failure.code), failure.message);
-  } catch (const std::exception& e) {
-    throw Error(kOther, loader::error_text(e));
-  } catch (...) {
-    throw Error(kOther, "unknown exception");
-  }
-}
 
 // libmy_ops.so in the folder of the file that holds this code: the SDK's lib/, or the folder of
 // a program linked with it statically (the loader's bundle).

@@ -30,6 +30,13 @@ cc_library(
     ],
 )
 
+# The headers as plain files, for what builds against LibTorch outside Bazel
+# (the C++ SDK's CMake test), where :headers' compile context does not reach.
+filegroup(
+    name = "header_files",
+    srcs = glob([_TORCH + "/include/**"]),
+)
+
 # Every shared library of the merged tree: loaded at run time, from runfiles.
 filegroup(
     name = "runtime_libraries",

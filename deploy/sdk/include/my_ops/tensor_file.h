@@ -1,0 +1,30 @@
+#pragma once
+
+// torch.save files from C++ without libtorch's full serializer: the reader the loader uses for
+// its --input files (a hardened one: the zip and the pickle are checked before any tensor is
+// made). Handy for the package's own sample_input.pt and expected_output.pt.
+
+#include <ATen/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "my_ops/error.h"
+
+namespace my_ops::deploy {
+
+// The tensors of a torch.save file holding a tensor or a tuple/list of tensors (dense, CPU).
+// Throws Error: kInputUnreadable for a file that is missing, too large (over `max_bytes`) or not
+// such a file.
+std::vector<at::Tensor> read_tensors(const std::string& path,
+                                     uint64_t max_bytes = uint64_t{1} << 30);
+
+// Writes the tensors (moved to the CPU) as one torch.save'd tuple, atomically: the file is either
+// complete or not there. Throws Error with kOutputUnwritable.
+void write_tensors(const std::string& path, const std::vector<at::Tensor>& tensors);
+
+// Whether two tensors have the same dtype, sizes and bytes (so -0.0 differs from 0.0).
+bool bit_identical(const at::Tensor& a, const at::Tensor& b);
+
+}  // namespace my_ops::deploy

@@ -1,0 +1,120 @@
+"""//deploy:sdk as a user gets it: unpacked, its example configured by CMake outside Bazel
+(find_package(my_ops) with LibTorch located by the SDK's config, no CUDA toolkit looked for),
+built with the host compiler, and run on the default package: outputs equal the expected
+ones bit for bit.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+from conftest import absolute_from_env, child_env
+
+
+def _cmake() -> str:
+    # The locked cmake wheel's binary. Not `import cmake`: its __init__ looks itself up through
+    # the wheel's RECORD, which Bazel's copy of the wheel does not keep.
+    spec = importlib.util.find_spec("cmake")
+    assert spec and spec.origin, "the cmake wheel is not among the test's deps"
+    return str(Path(spec.origin).parent / "data/bin/cmake")
+
+
+@pytest.fixture(scope="module")
+def sdk(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("sdk")
+    with tarfile.open(absolute_from_env(os.environ["MY_OPS_SDK"])) as tar:
+        tar.extractall(folder, filter="tar")
+    (top,) = folder.iterdir()
+    return top
+
+
+@pytest.fixture(scope="module")
+def libtorch() -> Path:
+    # The runfiles copy of LibTorch's tree: include/ and lib/ under site-packages/torch.
+    return Path(absolute_from_env(os.environ["LIBTORCH_LIB"])).parent.parent
+
+
+def run(cmd: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        cmd, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def test_sdk_layout(sdk: Path):
+    names = {str(p.relative_to(sdk)) for p in sdk.rglob("*")}
+    for name in [
+        "include/my_ops/model.h",
+        "include/my_ops/error.h",
+        "lib/libmy_ops.so",
+        "lib/libmy_ops_deploy.so",
+        "lib/cmake/my_ops/my_opsConfig.cmake",
+        "lib/cmake/my_ops/my_opsConfigVersion.cmake",
+        "share/my_ops/example/CMakeLists.txt",
+        "share/my_ops/example/main.cpp",
+    ]:
+        assert name in names, f"{name} missing from the SDK"
+    # The soname the example links against, and the file it names.
+    soname_link = sdk / "lib/libmy_ops_deploy.so.0"
+    assert soname_link.is_symlink() and soname_link.resolve().is_file()
+
+
+def test_example_builds_with_cmake_and_runs_the_package(
+    sdk: Path, libtorch: Path, default_package: Path, tmp_path: Path
+):
+    assert shutil.which("make"), "the example's build needs make (Unix Makefiles)"
+    build = tmp_path / "build"
+    run(
+        [
+            _cmake(),
+            "-S", str(sdk / "share/my_ops/example"),
+            "-B", str(build),
+            f"-DCMAKE_PREFIX_PATH={sdk}",
+            f"-DMY_OPS_LIBTORCH_DIR={libtorch}",
+            "-DCMAKE_CXX_COMPILER=g++",
+            # A CPU-only consumer: nothing may need a CUDA toolkit.
+            "-DCMAKE_DISABLE_FIND_PACKAGE_CUDA=ON",
+            "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",
+        ],
+        cwd=tmp_path,
+    )  # fmt: skip
+    run([_cmake(), "--build", str(build)], cwd=tmp_path)
+    # The package as a user has it: plain files (the loader refuses symbolic links).
+    package = tmp_path / "package"
+    package.mkdir()
+    for name in ("model.pt2", "manifest.json", "sample_input.pt", "expected_output.pt"):
+        shutil.copy(default_package / name, package / name)
+    proc = run(
+        [
+            str(build / "example"),
+            str(package / "model.pt2"),
+            str(package / "sample_input.pt"),
+            str(package / "expected_output.pt"),
+        ],
+        cwd=tmp_path,
+    )
+    assert "outputs match bit for bit" in proc.stdout, proc.stdout
+
+
+def test_example_reports_an_api_error_with_its_code(sdk: Path, libtorch: Path, tmp_path: Path):
+    build = tmp_path / "build"
+    run(
+        [_cmake(), "-S", str(sdk / "share/my_ops/example"), "-B", str(build),
+         f"-DCMAKE_PREFIX_PATH={sdk}", f"-DMY_OPS_LIBTORCH_DIR={libtorch}",
+         "-DCMAKE_CXX_COMPILER=g++"],
+        cwd=tmp_path,
+    )  # fmt: skip
+    run([_cmake(), "--build", str(build)], cwd=tmp_path)
+    proc = subprocess.run(
+        [str(build / "example"), str(tmp_path / "absent.pt2"), str(tmp_path / "in.pt")],
+        env=child_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 4, proc.stderr  # kPackageMissing
+    assert proc.stderr.startswith("example: error: ") and "absent.pt2" in proc.stderr
