@@ -66,8 +66,26 @@ def test_sdk_layout(sdk: Path):
     assert soname_link.is_symlink() and soname_link.resolve().is_file()
 
 
+# How the SDK's config finds LibTorch: by itself (the default, which needs no CUDA toolkit, so
+# CUDA's find modules are turned off to prove it), or through Torch's own CMake package, told
+# to skip its CUDA search (this machine has no CUDA toolkit a CPU-only user would have).
+LIBTORCH_CASES = {
+    "own_search": lambda torch: [
+        f"-DMY_OPS_LIBTORCH_DIR={torch}",
+        "-DCMAKE_DISABLE_FIND_PACKAGE_CUDA=ON",
+        "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",
+    ],
+    "torch_config": lambda torch: [
+        "-DMY_OPS_USE_TORCH_CONFIG=ON",
+        "-DMY_OPS_TORCH_CONFIG_WITHOUT_CUDA=ON",
+        f"-DTorch_DIR={torch / 'share/cmake/Torch'}",
+    ],
+}
+
+
+@pytest.mark.parametrize("how", sorted(LIBTORCH_CASES))
 def test_example_builds_with_cmake_and_runs_the_package(
-    sdk: Path, libtorch: Path, default_package: Path, tmp_path: Path
+    how: str, sdk: Path, libtorch: Path, default_package: Path, tmp_path: Path
 ):
     assert shutil.which("make"), "the example's build needs make (Unix Makefiles)"
     build = tmp_path / "build"
@@ -77,11 +95,8 @@ def test_example_builds_with_cmake_and_runs_the_package(
             "-S", str(sdk / "share/my_ops/example"),
             "-B", str(build),
             f"-DCMAKE_PREFIX_PATH={sdk}",
-            f"-DMY_OPS_LIBTORCH_DIR={libtorch}",
             "-DCMAKE_CXX_COMPILER=g++",
-            # A CPU-only consumer: nothing may need a CUDA toolkit.
-            "-DCMAKE_DISABLE_FIND_PACKAGE_CUDA=ON",
-            "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",
+            *LIBTORCH_CASES[how](libtorch),
         ],
         cwd=tmp_path,
     )  # fmt: skip

@@ -31,10 +31,14 @@ cc_library(
 )
 
 # The headers as plain files, for what builds against LibTorch outside Bazel
-# (the C++ SDK's CMake test), where :headers' compile context does not reach.
+# (the C++ SDK's CMake test), where :headers' compile context does not reach;
+# with Torch's own CMake package.
 filegroup(
     name = "header_files",
-    srcs = glob([_TORCH + "/include/**"]),
+    srcs = glob([
+        _TORCH + "/include/**",
+        _TORCH + "/share/cmake/**",
+    ], allow_empty = True),
 )
 
 # Every shared library of the merged tree: loaded at run time, from runfiles.
@@ -159,6 +163,10 @@ def _lay_out(rctx, torch_site, nvidia_sites, torch_cpu_libs):
     if not torch_dir.get_child("include").exists:
         fail("libtorch: {} has no include/; is the torch wheel a full build?".format(torch_dir))
     rctx.symlink(torch_dir.get_child("include"), "site-packages/torch/include")
+    if torch_dir.get_child("share").exists:
+        # Torch's CMake package (share/cmake/Torch), for the SDK's test of a
+        # consumer that uses it.
+        rctx.symlink(torch_dir.get_child("share"), "site-packages/torch/share")
     _mirror_tree(rctx, torch_dir.get_child("lib"), "site-packages/torch/lib")
     for site in nvidia_sites:
         nvidia = site.get_child("nvidia")
