@@ -26,9 +26,9 @@
 // - destroy a Model while a run() on it is in progress (as with any C++ object);
 // - read or change $TMPDIR from another thread while a Model opens: the package is extracted
 //   under $TMPDIR, which open() points at the private folder for the duration of the load;
-// - load a second copy of an op library this process already has (a different path to the same
-//   bytes is found by its sha256 and refused; a rebuilt one would register its ops twice, which
-//   LibTorch answers by ending the process).
+// - open a model with another build of an op library this process has loaded already: the same
+//   bytes, under any path, are found by their sha256 and loaded once, but a rebuilt library
+//   would register its ops a second time, which LibTorch answers by ending the process.
 // The op libraries stay loaded until the process ends (their registrations cannot be undone).
 
 #include <ATen/Tensor.h>
