@@ -6,46 +6,25 @@ ones bit for bit.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
+import sdk_archive
 from conftest import absolute_from_env, child_env
-
-
-def _cmake() -> str:
-    # The locked cmake wheel's binary. Not `import cmake`: its __init__ looks itself up through
-    # the wheel's RECORD, which Bazel's copy of the wheel does not keep.
-    spec = importlib.util.find_spec("cmake")
-    assert spec and spec.origin, "the cmake wheel is not among the test's deps"
-    return str(Path(spec.origin).parent / "data/bin/cmake")
 
 
 @pytest.fixture(scope="module")
 def sdk(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("sdk")
-    with tarfile.open(absolute_from_env(os.environ["MY_OPS_SDK"])) as tar:
-        tar.extractall(folder, filter="tar")
-    (top,) = folder.iterdir()
-    return top
+    return sdk_archive.unpack("MY_OPS_SDK", tmp_path_factory.mktemp("sdk"))
 
 
 @pytest.fixture(scope="module")
 def libtorch() -> Path:
     # The runfiles copy of LibTorch's tree: include/ and lib/ under site-packages/torch.
     return Path(absolute_from_env(os.environ["LIBTORCH_LIB"])).parent.parent
-
-
-def run(cmd: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=timeout
-    )
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
-    return proc
 
 
 def test_sdk_layout(sdk: Path):
@@ -87,28 +66,18 @@ LIBTORCH_CASES = {
 def test_example_builds_with_cmake_and_runs_the_package(
     how: str, sdk: Path, libtorch: Path, default_package: Path, tmp_path: Path
 ):
-    assert shutil.which("make"), "the example's build needs make (Unix Makefiles)"
-    build = tmp_path / "build"
-    run(
-        [
-            _cmake(),
-            "-S", str(sdk / "share/my_ops/example"),
-            "-B", str(build),
-            f"-DCMAKE_PREFIX_PATH={sdk}",
-            "-DCMAKE_CXX_COMPILER=g++",
-            *LIBTORCH_CASES[how](libtorch),
-        ],
-        cwd=tmp_path,
+    example = sdk_archive.build_example(
+        sdk, tmp_path / "build", f"-DCMAKE_PREFIX_PATH={sdk}", "-DCMAKE_CXX_COMPILER=g++",
+        *LIBTORCH_CASES[how](libtorch),
     )  # fmt: skip
-    run([_cmake(), "--build", str(build)], cwd=tmp_path)
     # The package as a user has it: plain files (the loader refuses symbolic links).
     package = tmp_path / "package"
     package.mkdir()
     for name in ("model.pt2", "manifest.json", "sample_input.pt", "expected_output.pt"):
         shutil.copy(default_package / name, package / name)
-    proc = run(
+    proc = sdk_archive.run(
         [
-            str(build / "example"),
+            str(example),
             str(package / "model.pt2"),
             str(package / "sample_input.pt"),
             str(package / "expected_output.pt"),
@@ -119,16 +88,12 @@ def test_example_builds_with_cmake_and_runs_the_package(
 
 
 def test_example_reports_an_api_error_with_its_code(sdk: Path, libtorch: Path, tmp_path: Path):
-    build = tmp_path / "build"
-    run(
-        [_cmake(), "-S", str(sdk / "share/my_ops/example"), "-B", str(build),
-         f"-DCMAKE_PREFIX_PATH={sdk}", f"-DMY_OPS_LIBTORCH_DIR={libtorch}",
-         "-DCMAKE_CXX_COMPILER=g++"],
-        cwd=tmp_path,
+    example = sdk_archive.build_example(
+        sdk, tmp_path / "build", f"-DCMAKE_PREFIX_PATH={sdk}",
+        f"-DMY_OPS_LIBTORCH_DIR={libtorch}", "-DCMAKE_CXX_COMPILER=g++",
     )  # fmt: skip
-    run([_cmake(), "--build", str(build)], cwd=tmp_path)
     proc = subprocess.run(
-        [str(build / "example"), str(tmp_path / "absent.pt2"), str(tmp_path / "in.pt")],
+        [str(example), str(tmp_path / "absent.pt2"), str(tmp_path / "in.pt")],
         env=child_env(), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 4, proc.stderr  # kPackageMissing

@@ -6,65 +6,37 @@ outputs equal the aarch64 loader's bit for bit.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
 import qemu_aarch64
-from conftest import absolute_from_env, child_env, package_folder
+import sdk_archive
+from conftest import absolute_from_env, package_folder
 
 from deploy.qemu import qemu
 
 
-def _cmake() -> str:
-    # The locked cmake wheel's binary (see test_sdk_cmake.py for why not `import cmake`).
-    spec = importlib.util.find_spec("cmake")
-    assert spec and spec.origin, "the cmake wheel is not among the test's deps"
-    return str(Path(spec.origin).parent / "data/bin/cmake")
-
-
 @pytest.fixture(scope="module")
 def sdk(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("sdk")
-    with tarfile.open(absolute_from_env(os.environ["MY_OPS_SDK_AARCH64"])) as tar:
-        tar.extractall(folder, filter="tar")
-    (top,) = folder.iterdir()
+    top = sdk_archive.unpack("MY_OPS_SDK_AARCH64", tmp_path_factory.mktemp("sdk"))
     assert top.name.endswith("-linux-aarch64"), top.name
     return top
 
 
-def run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    proc = subprocess.run(
-        cmd, cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=900
-    )
-    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
 def test_example_cross_builds_and_runs_under_qemu(sdk: Path, tmp_path: Path):
-    assert shutil.which("make"), "the example's build needs make (Unix Makefiles)"
     sysroot = qemu.sysroot_of(Path(absolute_from_env(os.environ["AARCH64_SYSROOT_LD"])))
-    libtorch = qemu_aarch64.libtorch_lib().parent
-    build = tmp_path / "build"
-    run(
-        [
-            _cmake(),
-            "-S", str(sdk / "share/my_ops/example"),
-            "-B", str(build),
-            "--toolchain", str(sdk / "share/my_ops/aarch64-linux-gnu.toolchain.cmake"),
-            f"-DMY_OPS_AARCH64_SYSROOT={sysroot}",
-            # Found by its folder: a cross build looks for packages inside the sysroot only.
-            f"-Dmy_ops_DIR={sdk / 'lib/cmake/my_ops'}",
-            f"-DMY_OPS_LIBTORCH_DIR={libtorch}",
-        ],
-        cwd=tmp_path,
+    example = sdk_archive.build_example(
+        sdk,
+        tmp_path / "build",
+        "--toolchain", str(sdk / "share/my_ops/aarch64-linux-gnu.toolchain.cmake"),
+        f"-DMY_OPS_AARCH64_SYSROOT={sysroot}",
+        # Found by its folder: a cross build looks for packages inside the sysroot only.
+        f"-Dmy_ops_DIR={sdk / 'lib/cmake/my_ops'}",
+        f"-DMY_OPS_LIBTORCH_DIR={qemu_aarch64.libtorch_lib().parent}",
     )  # fmt: skip
-    run([_cmake(), "--build", str(build)], cwd=tmp_path)
-    header = (build / "example").read_bytes()[:20]
+    header = example.read_bytes()[:20]
     assert header[:4] == b"\x7fELF" and int.from_bytes(header[18:20], "little") == 183, (
         "the example is not an aarch64 ELF file (e_machine EM_AARCH64)"
     )
@@ -84,7 +56,7 @@ def test_example_cross_builds_and_runs_under_qemu(sdk: Path, tmp_path: Path):
     proc = qemu_aarch64.run(
         prefix,
         [
-            str(build / "example"),
+            str(example),
             str(package / "model.pt2"),
             str(package / "sample_input.pt"),
             str(reference),
