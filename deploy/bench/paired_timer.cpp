@@ -49,8 +49,6 @@ Exit codes are the loader's: 2 for a bad command line, 3 for an op library,
 4 and 5 for a package, 6 and 7 for the input.
 )";
 
-constexpr FileRole kPackageRole{"package", kPackageMissing, kPackageCorrupt};
-constexpr FileRole kOpLibraryRole{"op library", kOpsLibrary, kOpsLibrary};
 constexpr uint64_t kMaxInputBytes = uint64_t{1} << 30;
 
 struct Options {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "deploy/loader/failure.h"
 #include "deploy/loader/file_io.h"
 
 namespace my_ops::loader {
@@ -20,6 +21,10 @@ struct VerifiedCopy {
   uint64_t source_device = 0;  // st_dev and st_ino of the file the user named
   uint64_t source_inode = 0;
 };
+
+// What the copies are of, for messages and exit codes: a package, an op library.
+constexpr FileRole kPackageRole{"package", kPackageMissing, kPackageCorrupt};
+constexpr FileRole kOpLibraryRole{"op library", kOpsLibrary, kOpsLibrary};
 
 // Fails with role's codes; kOther when the private folder cannot be written.
 VerifiedCopy copy_and_hash(const std::string& source, const std::string& copy,

@@ -23,9 +23,6 @@ namespace {
 
 using internal::translated;
 
-constexpr loader::FileRole kPackageRole{"package", kPackageMissing, kPackageCorrupt};
-constexpr loader::FileRole kOpLibraryRole{"op library", kOpsLibrary, kOpsLibrary};
-
 // libmy_ops.so in the folder of the file that holds this code: the SDK's lib/, or the folder of
 // a program linked with it statically (the loader's bundle).
 std::string default_op_library() {
@@ -80,12 +77,13 @@ CheckedPackage CheckedPackage::check(const OpenOptions& options) {
     // Each file is opened once, hashed while it is copied into the private folder, and only the
     // copies are used from here on. Cheap checks come first, so mistakes cost no model load, and
     // everything is verified before any of its code can run.
-    impl->package = loader::copy_and_hash(opt.package, dir + "/model.pt2", kPackageRole);
+    impl->package = loader::copy_and_hash(opt.package, dir + "/model.pt2", loader::kPackageRole);
     loader::check_package(impl->package, opt.max_unpacked_bytes);
     auto& libraries = impl->libraries;
     for (size_t i = 0; i < opt.op_libraries.size(); ++i) {
-      libraries.push_back(loader::copy_and_hash(
-          opt.op_libraries[i], dir + "/op_library_" + std::to_string(i) + ".so", kOpLibraryRole));
+      libraries.push_back(loader::copy_and_hash(opt.op_libraries[i],
+                                                dir + "/op_library_" + std::to_string(i) + ".so",
+                                                loader::kOpLibraryRole));
       // A second copy would register its ops again, which LibTorch answers with an abort.
       for (size_t j = 0; j < i; ++j) {
         if (libraries[j].sha256 == libraries[i].sha256) {
