@@ -65,8 +65,12 @@ def _det(shape: tuple[int, ...], scale: float, offset: float = 0.0) -> torch.Ten
 
 
 class Block(nn.Module):
-    def __init__(self, hidden: int = HIDDEN, heads: int = HEADS, mlp: int = MLP) -> None:
+    def __init__(
+        self, hidden: int = HIDDEN, heads: int = HEADS, mlp: int = MLP, generation: int = 0
+    ) -> None:
         super().__init__()
+        # Another generation is the same architecture with other weights: a retrained model.
+        self.generation = generation
         self.heads = heads
         self.stem = nn.Linear(hidden, hidden, bias=False)
         self.stem_bias = nn.Parameter(torch.zeros(hidden))
@@ -79,7 +83,9 @@ class Block(nn.Module):
         self.eps = 1e-6
         # Custom-class norm: its weight lives inside the TorchBind object, so
         # it is set here rather than by _init_weights.
-        self.final_norm = my_ops.RMSNorm(1.0 + _det((hidden,), 0.1, offset=99.0), eps=1e-5)
+        self.final_norm = my_ops.RMSNorm(
+            1.0 + _det((hidden,), 0.1, offset=99.0 + 1000.0 * generation), eps=1e-5
+        )
         # RoPE tables for every position up to MAX_SEQ, sliced to the sequence at run time.
         # Buffers, not parameters: _init_weights leaves them as computed.
         cos, sin = my_ops.ops.rotary_embedding.tables(MAX_SEQ, hidden // heads)
@@ -92,7 +98,7 @@ class Block(nn.Module):
         for i, (name, p) in enumerate(sorted(self.named_parameters())):
             scale = 1.0 / math.sqrt(p.shape[-1]) if p.dim() > 1 else 0.05
             base = 1.0 if name == "attn_norm_weight" else 0.0
-            p.copy_(base + _det(tuple(p.shape), scale, offset=float(i)))
+            p.copy_(base + _det(tuple(p.shape), scale, offset=i + 1000.0 * self.generation))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, h = x.shape
@@ -115,7 +121,7 @@ def _inputs(batch: int, seq: int) -> tuple[torch.Tensor, ...]:
     return (_det((batch, seq, HIDDEN), 1.0, offset=0.5 * batch + seq),)
 
 
-def make_model(max_batch: int = 16) -> ExportSpec:
+def make_model(max_batch: int = 16, generation: int = 0) -> ExportSpec:
     batch = torch.export.Dim("batch", min=1, max=max_batch)
     seq = torch.export.Dim("seq", min=1, max=MAX_SEQ)
 
@@ -124,10 +130,19 @@ def make_model(max_batch: int = 16) -> ExportSpec:
         return _inputs(b, [5, 16, 33, MAX_SEQ][b % 4])
 
     return ExportSpec(
-        module=Block().eval(),
+        module=Block(generation=generation).eval(),
         # Example sizes > 1 keep export from specialising the dims to 1.
         example_inputs=_inputs(2, 8),
         dynamic_shapes=({0: batch, 1: seq},),
         make_inputs=make_inputs,
         max_batch=max_batch,
     )
+
+
+def make_retrained_model(max_batch: int = 16) -> ExportSpec:
+    """The default model after another training run: its architecture, other weights.
+
+    What ``export --weights-only --base DIR`` takes for the package the default model's
+    export wrote to DIR (see the README, "Ship new weights").
+    """
+    return make_model(max_batch, generation=1)

@@ -43,6 +43,13 @@ _NEEDS = {
         env = {"MY_OPS_SIGNED_PACKAGE": "$(rootpaths //deploy:signed_package)"},
         deps = [],
     ),
+    # //deploy:retrained_weights: a signed weights file for :default_package,
+    # from another training run of the default model. It brings "package".
+    "weights": struct(
+        data = ["//deploy:retrained_weights"],
+        env = {"MY_OPS_RETRAINED_WEIGHTS": "$(rootpaths //deploy:retrained_weights)"},
+        deps = [],
+    ),
     # The test key pair in tests/testdata (conftest.py's signing_keys fixture).
     "signing_keys": struct(
         data = [
@@ -106,7 +113,9 @@ def deploy_pytest(
         MY_OPS_DEFAULT_PACKAGE; implies "loader"), "signed_package"
         (//deploy:signed_package: MY_OPS_SIGNED_PACKAGE; implies "loader" and
         "signing_keys"), "signing_keys" (the test key pair in tests/testdata:
-        MY_OPS_TEST_PUBLIC_KEY), "exporter" (the deploy.export package) and
+        MY_OPS_TEST_PUBLIC_KEY), "weights" (//deploy:retrained_weights:
+        MY_OPS_RETRAINED_WEIGHTS; implies "package"), "exporter" (the
+        deploy.export package) and
         "aarch64" (qemu, the arm64 sysroot, aarch64 LibTorch, loader, op
         library and toolchain: AARCH64_*).
       size: the test size.
@@ -126,6 +135,7 @@ def deploy_pytest(
     implied = {
         "package": ["loader"],
         "signed_package": ["loader", "signing_keys"],
+        "weights": ["package", "loader"],
     }
     for need in list(needs):
         needs = needs + [n for n in implied.get(need, []) if n not in needs]

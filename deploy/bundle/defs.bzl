@@ -4,7 +4,13 @@ and the tarball (edge_bundle)."""
 load("@bazel_skylib//rules:common_settings.bzl", "BuildSettingInfo")
 load("@rules_pkg//pkg:mappings.bzl", "pkg_attributes", "pkg_files")
 load("@rules_pkg//pkg:tar.bzl", "pkg_tar")
-load("//deploy/contract:export_files.bzl", "EXPORT_FILES", "OPTIONAL_EXPORT_FILES")
+load(
+    "//deploy/contract:export_files.bzl",
+    "EXPORT_FILES",
+    "OPTIONAL_EXPORT_FILES",
+    "OPTIONAL_WEIGHTS_FILES",
+    "WEIGHTS_FILES",
+)
 load("//tools/cc:sanitizers.bzl", "ASAN_PRELOAD_ENV")
 load("//tools/platforms:platform_data.bzl", "platform_data")
 
@@ -59,6 +65,64 @@ export_package = rule(
         "signing_key": attr.label(
             allow_single_file = True,
             doc = "Ed25519 private key for --signing-key; the package then includes manifest.sig.",
+        ),
+        "_asan": attr.label(default = "//tools/cc:asan"),
+    },
+)
+
+def _export_weights_impl(ctx):
+    names = list(WEIGHTS_FILES)
+    if ctx.file.signing_key:
+        names += OPTIONAL_WEIGHTS_FILES
+    outs = _declare_in_folder(ctx, names)
+    base = [f for f in ctx.files.base if f.basename == "manifest.json"]
+    if not base:
+        fail("{}: {} holds no manifest.json".format(ctx.label, ctx.attr.base.label))
+    args = ctx.actions.args()
+    args.add("--weights-only")
+    args.add("--base", base[0].dirname)
+    args.add("--model", ctx.attr.model)
+    args.add("--out", outs[0].dirname)
+    inputs = list(ctx.files.base)
+    if ctx.file.signing_key:
+        args.add("--signing-key", ctx.file.signing_key)
+        inputs.append(ctx.file.signing_key)
+    ctx.actions.run(
+        executable = ctx.executable.exporter,
+        arguments = [args],
+        inputs = inputs,
+        outputs = outs,
+        mnemonic = "AotiExportWeights",
+        progress_message = "Exporting %{label}'s weights file for " + str(ctx.attr.base.label),
+        env = ASAN_PRELOAD_ENV if ctx.attr._asan[BuildSettingInfo].value else {},
+    )
+    return [DefaultInfo(files = depset(outs))]
+
+export_weights = rule(
+    implementation = _export_weights_impl,
+    doc = "The files `export --weights-only` writes (weights in " +
+          "deploy/contract/package_contract.json; weights.sig only when signed): new " +
+          "weights for the package of an export_package, nothing compiled.",
+    attrs = {
+        "base": attr.label(
+            mandatory = True,
+            doc = "The export_package whose package the weights are for (--base).",
+        ),
+        # The target configuration, as export_package's.
+        "exporter": attr.label(
+            default = "//deploy/export:export_linux_x86_64",
+            executable = True,
+            cfg = "target",
+            doc = "The exporter binary.",
+        ),
+        "model": attr.string(
+            mandatory = True,
+            doc = "MODULE:FACTORY of the model with the new weights (--model), with the " +
+                  "base's architecture.",
+        ),
+        "signing_key": attr.label(
+            allow_single_file = True,
+            doc = "Ed25519 private key for --signing-key; the output then includes weights.sig.",
         ),
         "_asan": attr.label(default = "//tools/cc:asan"),
     },

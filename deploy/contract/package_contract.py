@@ -20,6 +20,10 @@ Entries:
   export_files      required: the files every export writes into its folder;
                     optional: those it writes only sometimes (manifest.sig,
                     when signed). Nothing else may be in an export's folder.
+  weights           format: weights.json's "format", the one the loader reads;
+                    alignment: the byte multiple at which each tensor starts
+                    in weights.bin; files: what a weights export
+                    (export --weights-only) writes, required and optional.
   input_signature   metadata_key: the package metadata entry in which the
                     exporter stores the model's input signature (JSON, see
                     export_compile.input_signature); dtypes: torch dtype name
@@ -98,6 +102,10 @@ class Contract:
     cpu_features: tuple[CpuFeature, ...]
     export_files: tuple[str, ...] = ()
     optional_export_files: tuple[str, ...] = ()
+    weights_format: str = ""
+    weights_alignment: int = 64
+    weights_files: tuple[str, ...] = ()
+    optional_weights_files: tuple[str, ...] = ()
 
 
 def _members(obj: Any, where: str, required: set[str], optional: set[str] = frozenset()) -> dict:
@@ -174,24 +182,24 @@ def parse(data: Any, path: str) -> Contract:
         top = _members(
             data,
             "the top level",
-            {"manifest_format", "export_files", "input_signature", "targets"},
+            {"manifest_format", "export_files", "weights", "input_signature", "targets"},
             {"about"},
         )
         fmt = _string(top["manifest_format"], "manifest_format", _LITERAL)
-        files = _members(top["export_files"], "export_files", {"required", "optional"}, {"why"})
-        required = tuple(
-            _string(f, "export_files.required", _FILE)
-            for f in _list(files["required"], "export_files.required")
-        )
-        optional = tuple(
-            _string(f, "export_files.optional", _FILE)
-            for f in _list(files["optional"], "export_files.optional")
-        )
-        for needed in ("model.pt2", "manifest.json"):
+        required, optional = _files(top["export_files"], "export_files")
+        for needed in ("model.pt2", "manifest.json", "architecture.json"):
             if needed not in required:
                 raise ContractError(f"export_files.required must list {needed}")
-        if len(set(required + optional)) != len(required + optional):
-            raise ContractError("export_files lists a file twice")
+        weights = _members(top["weights"], "weights", {"format", "alignment", "files"}, {"why"})
+        weights_fmt = _string(weights["format"], "weights.format", _LITERAL)
+        alignment = weights["alignment"]
+        # A power of two: the loader checks offsets with a mask.
+        if type(alignment) is not int or alignment < 8 or alignment & (alignment - 1):
+            raise ContractError(f"weights.alignment must be a power of two >= 8, not {alignment!r}")
+        weights_required, weights_optional = _files(weights["files"], "weights.files")
+        for needed in ("weights.bin", "weights.json"):
+            if needed not in weights_required:
+                raise ContractError(f"weights.files.required must list {needed}")
         sig = _members(top["input_signature"], "input_signature", {"metadata_key", "dtypes"})
         key = _string(sig["metadata_key"], "input_signature.metadata_key", _LITERAL)
         dtypes = _mapping(sig["dtypes"], "input_signature.dtypes")
@@ -213,7 +221,35 @@ def parse(data: Any, path: str) -> Contract:
                 raise ContractError(f"level {level!r} of {target} is known to another target")
     except ContractError as e:
         raise ContractError(f"{path}: {e}") from None
-    return Contract(fmt, key, dict(dtypes), macros, tuple(rows), required, optional)
+    return Contract(
+        fmt,
+        key,
+        dict(dtypes),
+        macros,
+        tuple(rows),
+        required,
+        optional,
+        weights_fmt,
+        alignment,
+        weights_required,
+        weights_optional,
+    )
+
+
+def _files(obj: Any, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(required, optional) file names of a {"required": [...], "optional": [...]} entry."""
+    files = _members(obj, where, {"required", "optional"}, {"why"})
+    required = tuple(
+        _string(f, f"{where}.required", _FILE)
+        for f in _list(files["required"], f"{where}.required")
+    )
+    optional = tuple(
+        _string(f, f"{where}.optional", _FILE)
+        for f in _list(files["optional"], f"{where}.optional")
+    )
+    if len(set(required + optional)) != len(required + optional):
+        raise ContractError(f"{where} lists a file twice")
+    return required, optional
 
 
 def load(path: str = CONTRACT_PATH) -> Contract:
@@ -252,6 +288,10 @@ def cc_header(contract: Contract, source: str = "deploy/contract/package_contrac
         f'inline constexpr char kManifestFormat[] = "{contract.manifest_format}";',
         "// The package metadata entry that holds the input signature.",
         f'inline constexpr char kInputSignatureKey[] = "{contract.input_metadata_key}";',
+        '// weights.json\'s "format", and the byte multiple at which each tensor of weights.bin '
+        "starts.",
+        f'inline constexpr char kWeightsFormat[] = "{contract.weights_format}";',
+        f"inline constexpr unsigned kWeightsAlignment = {contract.weights_alignment};",
         "// The dtypes an input signature may name, as c10::toString names them.",
         "inline constexpr const char* kInputDtypes[] = {"
         + ", ".join(f'"{v}"' for v in contract.input_dtypes.values())
@@ -291,6 +331,10 @@ def bzl_constants(contract: Contract) -> str:
                 "",
                 "# What an export writes only sometimes (manifest.sig: when signed).",
                 f"OPTIONAL_EXPORT_FILES = {json.dumps(list(contract.optional_export_files))}",
+                "",
+                "# What a weights export (--weights-only) writes, and writes only when signed.",
+                f"WEIGHTS_FILES = {json.dumps(list(contract.weights_files))}",
+                f"OPTIONAL_WEIGHTS_FILES = {json.dumps(list(contract.optional_weights_files))}",
             ]
         )
         + "\n"

@@ -42,6 +42,8 @@ class Options:
     signing_key: str | None  # absolute
     generate_key: str | None  # absolute
     sign: str | None  # absolute
+    weights_only: bool = False
+    base: str | None = None  # absolute; with weights_only
 
 
 def die(msg: str, code: int = EXIT_FAILURE) -> NoReturn:
@@ -69,7 +71,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         "verify it against eager, and write sample_input.pt / expected_output.pt and "
         "manifest.json (sha256 sums the C++ loader checks).",
         epilog="Factory protocol: see deploy/default_model.py. Exit status 0 on success, "
-        "2 on bad usage, 3 when --out may not be replaced (nothing is touched), 130 when "
+        "2 on bad usage, 3 when --out may not be replaced (nothing is touched), 4 when "
+        "--weights-only is given a model whose architecture differs from --base's, 130 when "
         "interrupted, 1 on any other failure (one line on stderr).",
     )
     p.add_argument(
@@ -177,6 +180,22 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         help="only sign an existing export with --signing-key: check that DIR/manifest.json "
         "describes the package in DIR, write DIR/manifest.sig, and exit",
     )
+    p.add_argument(
+        "--weights-only",
+        action="store_true",
+        help="write only a weights file for the package in --base: weights.bin (the model's "
+        "constants and custom-object state), weights.json (its sha256, the base package's, and "
+        "where each tensor lies; weights.sig with --signing-key), sample_input.pt and "
+        "expected_output.pt. The model must have the base's architecture (same graph, same "
+        "constant names, shapes and dtypes); the first difference is refused with exit 4. "
+        "Nothing is compiled. The loader applies it with --weights",
+    )
+    p.add_argument(
+        "--base",
+        metavar="DIR",
+        help="with --weights-only: the export whose package the weights are for (its "
+        "model.pt2, manifest.json and architecture.json)",
+    )
     args = p.parse_args(argv)
     if args.max_batch < 1:
         p.error("--max-batch must be >= 1")
@@ -193,6 +212,10 @@ def parse_args(argv: Sequence[str] | None) -> Options:
             )
     if args.cache_max_mb < 1:
         p.error("--cache-max-mb must be >= 1")
+    if args.weights_only != bool(args.base):
+        p.error("--weights-only and --base go together")
+    if args.weights_only and (args.sign or args.generate_key):
+        p.error("--weights-only exports; --sign and --generate-key do not")
     out = args.out or _default_out()
     # Under `bazel run` the cwd is the runfiles tree; relative paths the user
     # typed mean their own working directory.
@@ -224,4 +247,6 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         signing_key=user_path(args.signing_key),
         generate_key=user_path(args.generate_key),
         sign=user_path(args.sign),
+        weights_only=args.weights_only,
+        base=user_path(args.base),
     )

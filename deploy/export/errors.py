@@ -5,6 +5,8 @@ from __future__ import annotations
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_OUT_REFUSED = 3
+# --weights-only: the model is not the base package's architecture.
+EXIT_NOT_BASE_ARCHITECTURE = 4
 EXIT_INTERRUPTED = 130
 
 

@@ -23,23 +23,35 @@ from .manifest import manifest_format
 
 
 def export_files() -> set[str]:
-    """Everything an export may write into --out, as the contract lists it."""
-    contract = load_contract()
-    return {*contract.export_files, *contract.optional_export_files}
+    """Everything an export (or a weights export) may write into --out, as the contract lists it."""
+    c = load_contract()
+    return {
+        *c.export_files,
+        *c.optional_export_files,
+        *c.weights_files,
+        *c.optional_weights_files,
+    }
 
 
-def _is_export_manifest(path: str) -> bool:
+def _is_export_manifest(path: str, current_format: str) -> bool:
     try:
         with open(path, "rb") as f:
-            # A manifest is a few hundred bytes; a huge file is not one.
-            data = json.loads(f.read(1 << 20))
+            # A manifest of ours is at most a few hundred kilobytes; a huge file is not one.
+            data = json.loads(f.read(16 << 20))
     except (OSError, ValueError):
         return False
     # Any format of this tool's: an export made before the format changed is still one, and the
     # new export replaces it.
-    family = manifest_format().rsplit("/", 1)[0] + "/"
+    family = current_format.rsplit("/", 1)[0] + "/"
     fmt = data.get("format") if isinstance(data, dict) else None
     return isinstance(fmt, str) and fmt.startswith(family)
+
+
+def _is_previous_export(folder: str) -> bool:
+    """A folder this tool wrote: an export (manifest.json) or a weights export (weights.json)."""
+    return _is_export_manifest(
+        os.path.join(folder, "manifest.json"), manifest_format()
+    ) or _is_export_manifest(os.path.join(folder, "weights.json"), load_contract().weights_format)
 
 
 def check_out(path: str, shown: str | None = None) -> None:
@@ -81,9 +93,9 @@ def check_out(path: str, shown: str | None = None) -> None:
         listed = ", ".join(repr(n) for n in foreign[:3])
         more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
         why = f"it holds {listed}{more}"
-    elif not _is_export_manifest(os.path.join(path, "manifest.json")):
+    elif not _is_previous_export(path):
         family = manifest_format().rsplit("/", 1)[0]
-        why = f"it has no manifest.json of format {family}/N"
+        why = f"it has no manifest.json of format {family}/N, nor a weights.json"
     else:
         return
     raise ExportError(

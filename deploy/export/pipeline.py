@@ -88,12 +88,14 @@ from .compile import (
     parse_inductor_options,
     write_cxx_wrapper,
 )
-from .errors import EXIT_USAGE, ExportError, first_line
+from .errors import EXIT_NOT_BASE_ARCHITECTURE, EXIT_USAGE, ExportError, first_line
 from .manifest import load_signing_key, package_calls
 from .model import as_tuple, load_factory, make_spec, to_device
 from .output import check_out, missing_folders, publish, remove_empty, remove_work
 from .profile import print_profile
 from .target import Build, build_for
+from .verify import sample_inputs
+from .weights import architecture, first_difference, read_base, write_architecture, write_weights
 
 
 def run(opts: Options) -> dict[str, float]:
@@ -101,6 +103,12 @@ def run(opts: Options) -> dict[str, float]:
     # after minutes of compiling.
     check_out(opts.out)
     signing_key = load_signing_key(opts.signing_key) if opts.signing_key else None
+    if opts.weights_only:
+        assert opts.base is not None
+        if os.path.realpath(opts.out) == os.path.realpath(opts.base):
+            raise ExportError(f"--out {opts.out} is --base: write the weights file elsewhere")
+        base = read_base(opts.base)
+        return _export(opts, None, None, signing_key, base)
     build = build_for(opts.target)
     with contextlib.ExitStack() as stack:
         cache = _open_cache(opts.cache)
@@ -110,7 +118,15 @@ def run(opts: Options) -> dict[str, float]:
         return _export(opts, build, cache, signing_key)
 
 
-def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) -> dict[str, float]:
+def _export(
+    opts: Options,
+    build: Build | None,
+    cache: Cache | None,
+    signing_key: Any,
+    base: tuple[dict[str, str], dict[str, Any]] | None = None,
+) -> dict[str, float]:
+    """The export into opts.out; with `base` (--weights-only: the base's package and
+    architecture), only the weights file for that package."""
     parent = os.path.dirname(opts.out)
     made = missing_folders(parent)
     try:
@@ -155,6 +171,12 @@ def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) 
                     "fake implementation)"
                 ) from e
 
+        if base is not None:
+            _write_weights_export(spec, module, ep, base, stage, opts.device, signing_key)
+            publish(stage, opts.out, work)
+            published = True
+            return times
+        assert build is not None
         op_library = _op_library()
         keys = None
         if cache is not None:
@@ -214,6 +236,7 @@ def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) 
         torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
         torch.save(expected, os.path.join(stage, "expected_output.pt"))
         calls = package_calls(ep, shims.calls)
+        write_architecture(stage, package, ep)
         build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls)
 
         publish(stage, opts.out, work)
@@ -223,6 +246,39 @@ def _export(opts: Options, build: Build, cache: Cache | None, signing_key: Any) 
         remove_work(work)
         if not published:
             remove_empty(made)
+
+
+def _write_weights_export(
+    spec: Any,
+    module: Any,
+    ep: Any,
+    base: tuple[dict[str, str], dict[str, Any]],
+    stage: str,
+    device: str,
+    signing_key: Any,
+) -> None:
+    """--weights-only: the weights file, and a sample with this model's eager outputs."""
+    import torch
+
+    package, base_architecture = base
+    difference = first_difference(base_architecture, architecture(ep))
+    if difference is not None:
+        raise ExportError(
+            f"the model does not have the --base package's architecture: {difference}; "
+            "a weights file carries new values only (export a new package instead)",
+            EXIT_NOT_BASE_ARCHITECTURE,
+        )
+    write_weights(stage, ep, package, signing_key)
+    sample = sample_inputs(spec, device)
+    with torch.no_grad():
+        expected = to_device(as_tuple(module(*sample)), "cpu")
+    torch.save(to_device(sample, "cpu"), os.path.join(stage, "sample_input.pt"))
+    torch.save(expected, os.path.join(stage, "expected_output.pt"))
+    print(
+        f"weights: {len(architecture(ep)['constants'])} constants for package "
+        f"{package['sha256'][:16]}...",
+        flush=True,
+    )
 
 
 def _open_cache(opts: CacheOptions | None) -> Cache | None:

@@ -16,6 +16,7 @@ namespace my_ops::loader {
 const char* const kHelp =
     R"(usage: loader [--ops LIB.so]... --package MODEL.pt2 --input IN.pt --output OUT.pt
               [--manifest MANIFEST.json] [--public-key KEY] [--no-verify]
+              [--weights WEIGHTS.bin [--weights-manifest WEIGHTS.json]]
               [--expect EXPECTED.pt [--atol A] [--rtol R] [--exact]]
               [--bench N | --runs N] [--threads T] [--runners R]
               [--max-unpacked-mib M] [--max-input-mib M]
@@ -54,6 +55,15 @@ the current folder (under `bazel run`, to the folder it was started from).
                     or the raw 32 bytes.
   --no-verify       skip the manifest check (prints a warning): runs code
                     that nobody vouched for.
+  --weights FILE    run the package with the weights of FILE, a weights.bin
+                    that `export --weights-only` wrote for this package, in
+                    place of those it was exported with. Its manifest must
+                    name this package (by sha256) and FILE's sha256, and hold
+                    every constant and custom-object tensor of the package
+                    with its dtype and shape; with --public-key it must be
+                    signed too (.json -> .sig beside it). Exit 10 otherwise.
+  --weights-manifest FILE  the manifest of --weights (default: weights.json
+                    beside it).
   --expect FILE     compare outputs with this torch.save file (allclose);
                     exit 9 when they differ.
   --atol A, --rtol R  tolerances for --expect (default 1e-4, 1e-4).
@@ -96,7 +106,10 @@ Exit status (one line on stderr for every error):
      file the run reads
   9  outputs differ from --expect
   10  package integrity: manifest missing, malformed or badly signed, or the
-      package, an op library, the torch version or the CPU does not match it
+      package, an op library, the torch version or the CPU does not match it;
+      or a weights file (--weights) or its manifest missing, malformed, badly
+      signed, for another package, not matching its sha256, or not fitting
+      the package's constants and custom objects
  128+N  stopped by signal N (130 for Ctrl-C, 143 for SIGTERM); temporary
       files are removed first
 )";
@@ -174,6 +187,10 @@ Options parse_args(int argc, const char* const* argv) {
       o.manifest = next();
     } else if (a == "--public-key") {
       o.public_key = next();
+    } else if (a == "--weights") {
+      o.weights = next();
+    } else if (a == "--weights-manifest") {
+      o.weights_manifest = next();
     } else if (a == "--no-verify" && !inline_value) {
       o.verify = false;
     } else if (a == "--exact" && !inline_value) {
@@ -207,6 +224,9 @@ Options parse_args(int argc, const char* const* argv) {
   if (!o.verify && (!o.manifest.empty() || !o.public_key.empty())) {
     fail(kUsage, "--no-verify contradicts --manifest and --public-key");
   }
+  if (!o.weights_manifest.empty() && o.weights.empty()) {
+    fail(kUsage, "--weights-manifest needs --weights");
+  }
   return o;
 }
 
@@ -220,7 +240,8 @@ void resolve_paths(Options& o, const std::string& base) {
     if (lib.find('/') == std::string::npos) lib = "./" + lib;
     resolve(lib);
   }
-  for (std::string* p : {&o.package, &o.input, &o.output, &o.expect, &o.manifest, &o.public_key}) {
+  for (std::string* p : {&o.package, &o.input, &o.output, &o.expect, &o.manifest, &o.public_key,
+                         &o.weights, &o.weights_manifest}) {
     resolve(*p);
   }
 }

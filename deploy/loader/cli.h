@@ -22,6 +22,8 @@ struct Options {
   std::string expect;
   std::string manifest;
   std::string public_key;
+  std::string weights;           // weights.bin to run the package with
+  std::string weights_manifest;  // "": weights.json beside it
   bool verify = true;
   bool exact = false;
   double atol = 1e-4;

@@ -84,7 +84,8 @@ int run(int argc, char** argv) {
   // Every file the run reads is open by now: the output may be none of them.
   check_output(opt.output);
 
-  const deploy::Model model = deploy::Model::load(std::move(checked));
+  deploy::Model model = deploy::Model::load(std::move(checked));
+  if (!opt.weights.empty()) model.update_weights({opt.weights, opt.weights_manifest, ""});
   inputs = model.prepare(inputs);
 
   const RunFunction call = [&model](const std::vector<at::Tensor>& in) { return model.run(in); };

@@ -5,88 +5,10 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
-#include <nlohmann/json.hpp>
 #include <set>
 
 namespace my_ops::loader {
 namespace {
-
-using Json = nlohmann::json;
-
-// Parses exactly one JSON value, stricter than nlohmann alone.
-Json parse_json(std::string_view text) {
-  // nlohmann takes a NUL as the end of the input, which would accept any bytes after one; JSON
-  // text can hold none.
-  if (auto nul = text.find('\0'); nul != std::string_view::npos) {
-    throw ManifestError("NUL byte at byte " + std::to_string(nul));
-  }
-  int values = 0;
-  // Member names of each open object. nlohmann keeps the last of duplicate members, other
-  // readers the first: such a manifest says two things.
-  std::vector<std::set<std::string>> names;
-  auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    using Event = Json::parse_event_t;
-    if (event == Event::object_start || event == Event::array_start || event == Event::value) {
-      if (depth > kMaxJsonDepth) throw ManifestError("nested too deeply");
-      if (++values > kMaxJsonValues) {
-        throw ManifestError("more than " + std::to_string(kMaxJsonValues) + " values");
-      }
-    }
-    if (event == Event::object_start) names.emplace_back();
-    if (event == Event::object_end) names.pop_back();
-    if (event == Event::key) {
-      const auto& name = parsed.get_ref<const std::string&>();
-      if (!names.back().insert(name).second) {
-        throw ManifestError("duplicate member " + single_quoted(name));
-      }
-    }
-    return true;
-  };
-  try {
-    return Json::parse(text.begin(), text.end(), check);
-  } catch (const Json::exception& e) {
-    // Drops the "[json.exception.parse_error.101] " prefix. The rest quotes the offending token,
-    // which can be long and is not always printable.
-    std::string_view what = e.what();
-    auto bracket = what.find("] ");
-    if (bracket != std::string_view::npos) what.remove_prefix(bracket + 2);
-    throw ManifestError(printable(what, 200));
-  }
-}
-
-bool is_sha256_hex(const std::string& s) {
-  return s.size() == 2 * crypto_hash_sha256_BYTES && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
-
-std::string string_member(const Json& obj, const char* key, const std::string& ctx) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_string()) {
-    throw ManifestError(ctx + "'" + key + "' must be a string");
-  }
-  return it->get<std::string>();
-}
-
-// What the exporter writes: a base name. A path, "." or ".." never names the file beside the
-// manifest, and a control character would split the one line an error is.
-bool is_plain_file_name(const std::string& s) {
-  return !s.empty() && s != "." && s != ".." && std::none_of(s.begin(), s.end(), [](char c) {
-    return c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-  });
-}
-
-FileDigest digest_member(const Json& obj, const std::string& ctx) {
-  if (!obj.is_object()) throw ManifestError(ctx + "must be an object");
-  FileDigest d{string_member(obj, "file", ctx), string_member(obj, "sha256", ctx)};
-  if (!is_plain_file_name(d.file)) {
-    throw ManifestError(ctx + "'file' must be a plain file name, not " + single_quoted(d.file));
-  }
-  if (!is_sha256_hex(d.sha256)) {
-    throw ManifestError(ctx + "'sha256' must be 64 lowercase hex digits");
-  }
-  return d;
-}
 
 std::vector<std::string> string_array(const Json& root, const char* key) {
   auto it = root.find(key);
@@ -121,28 +43,6 @@ bool is_qualified_name(std::string_view s, bool overload) {
     rest = rest.substr(0, dot);
   }
   return is_identifier(rest);
-}
-
-// An entry of "ops" or "classes" holds only `names`: anything else would be a claim this loader
-// ignores without saying so.
-void only_members(const Json& obj, std::initializer_list<const char*> names,
-                  const std::string& ctx) {
-  for (const auto& item : obj.items()) {
-    if (std::none_of(names.begin(), names.end(), [&](const char* n) { return item.key() == n; })) {
-      throw ManifestError(ctx + "unknown member " + single_quoted(item.key()));
-    }
-  }
-}
-
-const Json& array_member(const Json& obj, const char* key, size_t max, const std::string& ctx) {
-  auto it = obj.find(key);
-  if (it == obj.end() || !it->is_array()) {
-    throw ManifestError(ctx + "'" + key + "' must be an array");
-  }
-  if (it->size() > max) {
-    throw ManifestError(ctx + "'" + key + "' holds more than " + std::to_string(max) + " entries");
-  }
-  return *it;
 }
 
 // A schema as torch prints it: "NAME(ARGUMENTS) -> RETURNS", on one line.
@@ -253,7 +153,7 @@ std::string to_hex(const unsigned char* data, size_t n) {
 }
 
 Manifest parse_manifest(std::string_view text) {
-  const Json root = parse_json(text);
+  const Json root = parse_strict_json(text, kManifestJsonLimits);
   if (!root.is_object()) throw ManifestError("not a JSON object");
   Manifest m;
   m.format = string_member(root, "format", "");

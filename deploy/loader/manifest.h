@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "deploy/loader/cpu_check.h"
+#include "deploy/loader/json_fields.h"
 #include "deploy/loader/package_contract.h"
 #include "deploy/loader/text.h"
 
@@ -22,21 +23,8 @@ namespace my_ops::loader {
 using contract::kManifestFormat;
 // Manifests are a few hundred bytes; the cap keeps a hostile file from costing more than a read.
 constexpr size_t kMaxManifestBytes = 1 << 20;
-// A manifest is three levels and a few dozen values deep. Copying or printing a parsed value
-// recurses once per level: the caps keep a hostile manifest well clear of that.
-constexpr int kMaxJsonDepth = 16;
-constexpr int kMaxJsonValues = 4096;
-
-// A manifest (or key) that is malformed; what() is a short, printable reason.
-class ManifestError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-struct FileDigest {
-  std::string file;
-  std::string sha256;
-};
+// A manifest is three levels and a few dozen values deep.
+constexpr JsonLimits kManifestJsonLimits{16, 4096};
 
 // An op the package calls: "ns::name", or "ns::name.overload" for another overload than the
 // default, and its schema as torch prints it (str(op._schema) in Python, c10::toString(schema)

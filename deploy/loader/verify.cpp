@@ -23,14 +23,6 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() > k && s.compare(s.size() - k, k, suffix) == 0;
 }
 
-// nullopt when the file does not exist.
-std::optional<std::string> read_small(const std::string& path, const FileRole& role, size_t cap) {
-  bool missing = false;
-  UniqueFd fd = open_regular_file(path, role, &missing);
-  if (missing) return std::nullopt;
-  return read_all(fd.get(), path, role, cap);
-}
-
 std::string join(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& s : items) out += (out.empty() ? "" : ", ") + single_quoted(s);
@@ -38,6 +30,32 @@ std::string join(const std::vector<std::string>& items) {
 }
 
 }  // namespace
+
+std::optional<std::string> read_small(const std::string& path, const FileRole& role, size_t cap) {
+  bool missing = false;
+  UniqueFd fd = open_regular_file(path, role, &missing);
+  if (missing) return std::nullopt;
+  return read_all(fd.get(), path, role, cap);
+}
+
+void check_signature(const std::string& text, const std::string& what, const std::string& path,
+                     const std::string& public_key) {
+  const std::optional<std::string> key_text = read_small(public_key, kKeyRole, 4096);
+  if (!key_text) fail(kIntegrity, "public key not found: " + public_key);
+  std::vector<unsigned char> key;
+  try {
+    key = parse_public_key(*key_text);
+  } catch (const ManifestError& e) {
+    fail(kIntegrity, "public key " + public_key + " is " + e.what());
+  }
+  const std::string sig_path = signature_path(path);
+  const std::optional<std::string> sig = read_small(sig_path, kSignatureRole, 4096);
+  if (!sig) fail(kIntegrity, what + " " + path + " is not signed: " + sig_path + " not found");
+  if (!signature_valid(text, *sig, key)) {
+    fail(kIntegrity, "signature " + sig_path + " does not verify " + what + " " + path +
+                         " with public key " + public_key);
+  }
+}
 
 void check_package(const VerifiedCopy& package, uint64_t max_unpacked_bytes) {
   const int fd = package.fd.get();
@@ -89,23 +107,7 @@ Manifest verify_manifest(const ManifestCheck& opt, const VerifiedCopy& package,
   }
 
   // The signature covers the manifest's exact bytes, so it is checked before any are parsed.
-  if (!opt.public_key.empty()) {
-    const std::optional<std::string> key_text = read_small(opt.public_key, kKeyRole, 4096);
-    if (!key_text) fail(kIntegrity, "public key not found: " + opt.public_key);
-    std::vector<unsigned char> key;
-    try {
-      key = parse_public_key(*key_text);
-    } catch (const ManifestError& e) {
-      fail(kIntegrity, "public key " + opt.public_key + " is " + e.what());
-    }
-    const std::string sig_path = signature_path(path);
-    const std::optional<std::string> sig = read_small(sig_path, kSignatureRole, 4096);
-    if (!sig) fail(kIntegrity, "manifest " + path + " is not signed: " + sig_path + " not found");
-    if (!signature_valid(*text, *sig, key)) {
-      fail(kIntegrity, "signature " + sig_path + " does not verify manifest " + path +
-                           " with public key " + opt.public_key);
-    }
-  }
+  if (!opt.public_key.empty()) check_signature(*text, "manifest", path, opt.public_key);
 
   Manifest m;
   try {

@@ -5,6 +5,7 @@
 // signature, with a public key).
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,16 @@
 #include "deploy/loader/verified_copy.h"
 
 namespace my_ops::loader {
+
+// The file at `path` (a manifest), read through one descriptor; nullopt when it does not exist.
+// Fails with role's codes, also past `cap` bytes.
+std::optional<std::string> read_small(const std::string& path, const FileRole& role, size_t cap);
+
+// Checks that the signature beside `path` (manifest.json -> manifest.sig) is `public_key`'s
+// signature of `text`, the bytes read from `path`. `what` names the file in errors ("manifest").
+// Fails with kIntegrity.
+void check_signature(const std::string& text, const std::string& what, const std::string& path,
+                     const std::string& public_key);
 
 // Fails with kPackageCorrupt, naming the package.
 void check_package(const VerifiedCopy& package, uint64_t max_unpacked_bytes);

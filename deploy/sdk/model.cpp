@@ -3,6 +3,8 @@
 #include <dlfcn.h>
 
 #include <exception>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -16,6 +18,7 @@
 #include "deploy/loader/tensor_io.h"
 #include "deploy/loader/verified_copy.h"
 #include "deploy/loader/verify.h"
+#include "deploy/loader/weights.h"
 #include "deploy/sdk/translated.h"
 
 namespace my_ops::deploy {
@@ -113,6 +116,14 @@ struct Model::Impl {
   std::optional<std::vector<loader::InputSpec>> signature;
   std::optional<c10::Device> device;  // the package's, when not the CPU
   Metadata metadata;
+
+  // Runs share `runs`; the swap of an update takes it alone. A run first passes through
+  // `turnstile`, which a waiting swap holds, so that a steady stream of runs cannot keep the
+  // swap out.
+  mutable std::shared_mutex runs;
+  mutable std::mutex turnstile;
+  // One update at a time: each stages into the one inactive buffer.
+  std::mutex updating;
 };
 
 Model Model::open(const OpenOptions& options) { return load(CheckedPackage::check(options)); }
@@ -197,7 +208,31 @@ std::vector<at::Tensor> Model::prepare(const std::vector<at::Tensor>& inputs) co
 
 std::vector<at::Tensor> Model::run(const std::vector<at::Tensor>& inputs) const {
   const std::vector<at::Tensor> prepared = prepare(inputs);
+  {
+    std::lock_guard pass(impl_->turnstile);
+  }
+  std::shared_lock running(impl_->runs);
   return translated([&] { return loader::run_once(*impl_->runner, prepared); });
+}
+
+void Model::update_weights(const WeightsOptions& options) {
+  translated([&] {
+    if (options.weights.empty()) throw Error(kUsage, "no weights file given (WeightsOptions)");
+    Impl& impl = *impl_;
+    std::lock_guard one_update(impl.updating);
+    const std::string& key =
+        options.public_key.empty() ? impl.package->options.public_key : options.public_key;
+    loader::LoadedWeights weights = loader::read_weights({options.weights, options.manifest, key},
+                                                         impl.package->package.sha256);
+    const loader::StagedWeights staged = loader::stage_weights(*impl.runner, std::move(weights));
+    {
+      std::lock_guard hold_new_runs(impl.turnstile);
+      std::unique_lock no_runs(impl.runs);
+      loader::activate_weights(*impl.runner, staged);
+    }
+    // No run reads the previous buffer once the swap is done.
+    loader::release_previous_weights(*impl.runner);
+  });
 }
 
 const Metadata& Model::metadata() const { return impl_->metadata; }

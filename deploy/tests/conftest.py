@@ -177,14 +177,15 @@ def loader_error_lines(stderr: str) -> list[str]:
     return [line for line in error_lines(stderr) if not line.startswith(NO_VERIFY_WARNING)]
 
 
-def package_folder(variable: str, target: str) -> Path:
-    """The folder of an export_package target whose files `variable` lists ($(rootpaths))."""
+def package_folder(variable: str, target: str, marker: str = "model.pt2") -> Path:
+    """The folder of an export_package (or, with `marker` weights.bin, an export_weights)
+    target whose files `variable` lists ($(rootpaths))."""
     value = os.environ.get(variable)
     if not value:
         pytest.fail(f"{variable} must list the files of {target}")
-    model = [absolute_from_env(v) for v in value.split() if v.endswith("model.pt2")]
+    model = [absolute_from_env(v) for v in value.split() if v.endswith(marker)]
     if len(model) != 1 or not os.path.isfile(model[0]):
-        pytest.fail(f"{variable}={value} names no model.pt2")
+        pytest.fail(f"{variable}={value} names no {marker}")
     # The folder Bazel wrote (the files' real paths, all outputs of one rule), not the
     # runfiles links to it: the loader opens nothing through a symbolic link.
     return Path(os.path.realpath(model[0])).parent
@@ -205,6 +206,15 @@ def pkg(default_package: Path, ops_library: str, tmp_path: Path) -> Path:
         shutil.copyfile(default_package / name, folder / name)
     shutil.copyfile(ops_library, folder / "libmy_ops.so")
     return folder
+
+
+@pytest.fixture(scope="session")
+def retrained_weights() -> Path:
+    """The folder of //deploy:retrained_weights: weights.bin (signed) for //deploy:default_package
+    from default_model.make_retrained_model, and that model's eager outputs on its sample."""
+    return package_folder(
+        "MY_OPS_RETRAINED_WEIGHTS", "//deploy:retrained_weights", marker="weights.bin"
+    )
 
 
 @pytest.fixture(scope="session")

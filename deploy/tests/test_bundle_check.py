@@ -42,6 +42,7 @@ class Fixture:
         self.model.write_bytes(b"PK stand-in package")
         (self.export_dir / "sample_input.pt").write_bytes(b"input")
         (self.export_dir / "expected_output.pt").write_bytes(b"output")
+        (self.export_dir / "architecture.json").write_text("{}\n")
         self.ops = root / "libmy_ops.so"
         self.ops.write_bytes(b"\x7fELF stand-in op library")
         self.manifest = self.export_dir / "manifest.json"

@@ -153,11 +153,12 @@ TEST(Manifest, RefusesAnOpLibraryFileThatIsNotAPlainName) {
 
 TEST(Manifest, CapsDepthAndSize) {
   std::string deep;
-  for (int i = 0; i < kMaxJsonDepth + 2; ++i) deep += R"({"a":)";
-  EXPECT_NE(refusal(deep + "1" + std::string(kMaxJsonDepth + 2, '}')).find("nested"),
-            std::string::npos);
+  for (int i = 0; i < kManifestJsonLimits.max_depth + 2; ++i) deep += R"({"a":)";
+  EXPECT_NE(
+      refusal(deep + "1" + std::string(kManifestJsonLimits.max_depth + 2, '}')).find("nested"),
+      std::string::npos);
   std::string many = "[";
-  for (int i = 0; i < kMaxJsonValues + 1; ++i) many += (i ? ",0" : "0");
+  for (int i = 0; i < kManifestJsonLimits.max_values + 1; ++i) many += (i ? ",0" : "0");
   EXPECT_NE(refusal(many + "]").find("values"), std::string::npos);
 }
 

@@ -1,5 +1,5 @@
 // The deploy API (my_ops/model.h) on the default package: outputs, every error path's code,
-// concurrency, and models that outlive each other.
+// concurrency, models that outlive each other, and weights swapped in while runs go on.
 
 #include "my_ops/model.h"
 
@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -40,9 +41,14 @@ std::string runfile(const std::string& path) {
   return resolved;
 }
 
-// The files of //deploy:default_package.
-std::string package_file(const std::string& name) {
-  std::istringstream paths(std::getenv("MY_OPS_DEFAULT_PACKAGE"));
+// The file `name` of the target whose files the environment variable `variable` lists.
+std::string file_of(const char* variable, const std::string& name) {
+  const char* value = std::getenv(variable);
+  if (value == nullptr) {
+    ADD_FAILURE() << "$" << variable << " is not set";
+    return "";
+  }
+  std::istringstream paths(value);
   std::string path;
   while (paths >> path) {
     if (path.size() > name.size() &&
@@ -50,8 +56,13 @@ std::string package_file(const std::string& name) {
       return runfile(path);
     }
   }
-  ADD_FAILURE() << name << " is not in $MY_OPS_DEFAULT_PACKAGE";
+  ADD_FAILURE() << name << " is not in $" << variable;
   return "";
+}
+
+// The files of //deploy:default_package.
+std::string package_file(const std::string& name) {
+  return file_of("MY_OPS_DEFAULT_PACKAGE", name);
 }
 
 std::string op_library() { return runfile(std::getenv("MY_OPS_LIBRARY")); }
@@ -293,6 +304,113 @@ TEST_F(ModelTest, AFileThatIsNotALibraryIsAnOpLibraryError) {
   options.op_libraries = {write_file("libempty.so", "")};
   const Error e = error_of([&] { Model::open(options); });
   EXPECT_EQ(e.code(), my_ops::deploy::kOpsLibrary) << e.what();
+}
+
+// --- update_weights: //deploy:retrained_weights (another training run of the default model) and
+// //deploy:original_weights (the package's own weights as a weights file) -----------------------
+
+std::string retrained(const std::string& name) { return file_of("MY_OPS_RETRAINED_WEIGHTS", name); }
+std::string original(const std::string& name) { return file_of("MY_OPS_ORIGINAL_WEIGHTS", name); }
+
+my_ops::deploy::WeightsOptions weights_at(const std::string& weights_bin) {
+  my_ops::deploy::WeightsOptions options;
+  options.weights = weights_bin;
+  return options;
+}
+
+bool same_bits(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!my_ops::loader::bit_identical(a[i].cpu(), b[i].cpu())) return false;
+  }
+  return true;
+}
+
+TEST_F(ModelTest, NewWeightsGiveTheRetrainedModelsOutputs) {
+  Model model = Model::open(default_options());
+  const auto inputs = read(retrained("sample_input.pt"));
+  const auto before = model.run(inputs);
+  model.update_weights(weights_at(retrained("weights.bin")));
+  const auto after = model.run(inputs);
+  const auto eager = read(retrained("expected_output.pt"));
+  ASSERT_EQ(after.size(), eager.size());
+  // float32, the package's kernels against eager: the exporter's own verify tolerance.
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_TRUE(at::allclose(after[i], eager[i], 1e-4, 1e-4)) << "output " << i;
+  }
+  EXPECT_FALSE(same_bits(before, after)) << "the weights changed nothing";
+  // And back: the package's own weights as a weights file give its own outputs, bit for bit.
+  model.update_weights(weights_at(original("weights.bin")));
+  expect_same_bits(model.run(inputs), before);
+}
+
+TEST_F(ModelTest, FourThreadsRunWhileTheWeightsAreSwappedTwentyTimes) {
+  OpenOptions options = default_options();
+  options.runners = 4;
+  Model model = Model::open(options);
+  const auto inputs = read(retrained("sample_input.pt"));
+  // The package's own outputs for each set, one run at a time.
+  const auto v1 = model.run(inputs);
+  model.update_weights(weights_at(retrained("weights.bin")));
+  const auto v2 = model.run(inputs);
+  model.update_weights(weights_at(original("weights.bin")));
+  ASSERT_TRUE(same_bits(model.run(inputs), v1));
+  ASSERT_FALSE(same_bits(v1, v2));
+  // Each set is its eager model's outputs (a mix would be neither).
+  expect_same_bits(model.run(read(package_file("sample_input.pt"))),
+                   read(package_file("expected_output.pt")));
+  const auto eager_v2 = read(retrained("expected_output.pt"));
+  for (size_t i = 0; i < v2.size(); ++i) EXPECT_TRUE(at::allclose(v2[i], eager_v2[i], 1e-4, 1e-4));
+
+  std::atomic<bool> done{false};
+  std::atomic<int> seen_v1{0}, seen_v2{0}, seen_other{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      while (!done.load()) {
+        const auto out = model.run(inputs);
+        if (same_bits(out, v1)) {
+          ++seen_v1;
+        } else if (same_bits(out, v2)) {
+          ++seen_v2;
+        } else {
+          ++seen_other;
+        }
+      }
+    });
+  }
+  for (int swap = 0; swap < 20; ++swap) {
+    const bool to_v2 = swap % 2 == 0;
+    model.update_weights(weights_at(to_v2 ? retrained("weights.bin") : original("weights.bin")));
+    // Every run that starts after the swap uses the new set.
+    EXPECT_TRUE(same_bits(model.run(inputs), to_v2 ? v2 : v1)) << "swap " << swap;
+  }
+  done = true;
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(seen_other.load(), 0) << "runs saw a mix of the two sets of weights";
+  EXPECT_GT(seen_v1.load(), 0);
+  EXPECT_GT(seen_v2.load(), 0);
+}
+
+TEST_F(ModelTest, WeightsThatDoNotCheckOutLeaveTheModelAsItWas) {
+  Model model = Model::open(default_options());
+  const auto inputs = read(package_file("sample_input.pt"));
+  const auto want = read(package_file("expected_output.pt"));
+  std::string blob = read_text(retrained("weights.bin"));
+  blob[blob.size() / 2] ^= 1;
+  const std::string folder = temp_dir() + "/flipped";
+  ::mkdir(folder.c_str(), 0700);
+  std::ofstream(folder + "/weights.bin", std::ios::binary) << blob;
+  std::ofstream(folder + "/weights.json", std::ios::binary) << read_text(retrained("weights.json"));
+  const Error flipped =
+      error_of([&] { model.update_weights(weights_at(folder + "/weights.bin")); });
+  EXPECT_EQ(flipped.code(), my_ops::deploy::kIntegrity) << flipped.what();
+  EXPECT_NE(std::string(flipped.what()).find("does not match weights manifest"), std::string::npos)
+      << flipped.what();
+  EXPECT_EQ(error_of([&] { model.update_weights(weights_at(temp_dir() + "/none.bin")); }).code(),
+            my_ops::deploy::kIntegrity);
+  EXPECT_EQ(error_of([&] { model.update_weights(weights_at("")); }).code(), my_ops::deploy::kUsage);
+  expect_same_bits(model.run(inputs), want);
 }
 
 }  // namespace

@@ -183,7 +183,7 @@ def test_export_of_a_model_that_imports_a_venv_only_package(venv, exported: Path
     assert manifest["compiler"]["how"].startswith("g++ from PATH"), manifest["compiler"]
     assert manifest["target"] == "linux-x86_64"
     assert sorted(os.listdir(exported)) == sorted(
-        ["model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json"]
+        ["model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json", "architecture.json"]
     )
 
 

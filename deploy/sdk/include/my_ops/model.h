@@ -17,6 +17,9 @@
 // every op and class the manifest says the package calls, with the same schemas, and loads the
 // package. Each failure is one my_ops::deploy::Error (my_ops/error.h).
 //
+// New weights: update_weights() swaps in a weights file that `export --weights-only` wrote for
+// this package, while runs go on; see it below.
+//
 // Threads: run() may be called from any number of threads at once; up to `runners` runs proceed
 // together and the rest wait for a free runner. open() may be called from several threads too:
 // the loads take turns. Each Model keeps its private folder (the copies, the extracted package)
@@ -63,6 +66,17 @@ struct OpenOptions {
   int runners = 1;
   // The CUDA device a CUDA package runs on; -1 for the current device. Ignored on CPU.
   int device_index = -1;
+};
+
+// A weights file for a model's package: new values for its constants and custom objects.
+struct WeightsOptions {
+  // weights.bin, from `export --weights-only`.
+  std::string weights;
+  // Its manifest; "" for weights.json beside it.
+  std::string manifest;
+  // An Ed25519 public key; when set, weights.sig beside the manifest must be its signature of
+  // the manifest. "" for the key the model was opened with (OpenOptions::public_key), if any.
+  std::string public_key;
 };
 
 // The sizes a dim of an input may take: min..max, max unset for unbounded. A static dim has
@@ -133,6 +147,17 @@ class Model {
   // contiguous and moves them to the package's device. Inputs prepared once can be run many
   // times without those copies.
   std::vector<at::Tensor> prepare(const std::vector<at::Tensor>& inputs) const;
+
+  // Replaces the model's weights with `weights`, checked first: its manifest (and signature),
+  // that it is for this model's package (by sha256), weights.bin's sha256 as read, and that every
+  // constant and custom-object tensor of the package is in it with its dtype and shape. Runs go on
+  // meanwhile and are held back only for the swap, which is atomic for them: a run uses the old
+  // weights or the new ones, never a mix, and a run in progress when the update is called
+  // finishes on the weights it started with. Each failure is one Error (kIntegrity for a file
+  // that does not check out or fit); the model then keeps the weights it had. One update at a
+  // time: a second call waits for the first. Memory: the new constants are copied into a second
+  // buffer, so that for the length of the call the model holds its weights twice.
+  void update_weights(const WeightsOptions& weights);
 
   const Metadata& metadata() const;
 

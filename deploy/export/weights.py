@@ -1,0 +1,387 @@
+"""Weights files: new values for the constants of an exported package, without new native code.
+
+An export writes architecture.json beside model.pt2: what a weights file for
+the package must match, which is everything of the exported program but the
+constants' values:
+  graph_sha256     of the graph's code, its signature and its shape ranges;
+  constants        each tensor the package holds as a constant (parameters,
+                   buffers, tensor constants), by the name AOTInductor's
+                   load_constants takes, with its dtype and shape;
+  custom_objects   each custom-class object the program holds, by the name
+                   AOTInductor's get_custom_objs() gives it: its class, and
+                   its state (def_pickle's __getstate__), item by item: a
+                   tensor's dtype and shape, any other value as it is.
+
+`export --weights-only --base DIR --model M:F --out OUT` exports M:F with
+torch.export only, checks that its architecture is the one in
+DIR/architecture.json (one line naming the first difference otherwise), and
+writes into OUT:
+  weights.bin         every constant's bytes, then each custom object's state
+                      tensors, each contiguous, little-endian and at an offset
+                      that is a multiple of the contract's alignment;
+  weights.json        the file's sha256 and size, the sha256 of the package in
+                      DIR (the one package these weights fit), and where each
+                      constant and state tensor lies in weights.bin;
+  weights.sig         with --signing-key: Ed25519 signature of weights.json;
+  sample_input.pt, expected_output.pt: batch 1's inputs, and M:F's eager
+                      outputs on them, for `loader --weights ... --expect`.
+The C++ loader (--weights) and the deploy API (Model::update_weights) check
+all of it before a byte of the new values reaches the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Any
+
+from .compile import load_contract
+from .errors import ExportError
+from .manifest import CUSTOM_CLASS_PREFIX, manifest_format, sha256_file
+
+ARCHITECTURE_FILE = "architecture.json"
+ARCHITECTURE_FORMAT = "my_ops.architecture/1"
+# Scalars a custom object's state may hold besides tensors; each must be the same in the base.
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def weights_format() -> str:
+    return load_contract().weights_format
+
+
+def _dtype_name(dtype: Any, where: str) -> str:
+    name = load_contract().input_dtypes.get(str(dtype).removeprefix("torch."))
+    if name is None:
+        raise ExportError(f"{where} has dtype {dtype}, which a weights file cannot hold")
+    return name
+
+
+def _tensor_spec(t: Any, where: str) -> dict[str, Any]:
+    return {"dtype": _dtype_name(t.dtype, where), "shape": list(t.shape)}
+
+
+def program_constants(ep: Any) -> dict[str, Any]:
+    """The tensors a program's package holds as constants, by their fully qualified name."""
+    import torch
+
+    sig = ep.graph_signature
+    found: dict[str, Any] = {}
+    for fqn in (
+        *sig.inputs_to_parameters.values(),
+        *sig.inputs_to_buffers.values(),
+        *sig.inputs_to_lifted_tensor_constants.values(),
+    ):
+        value = ep.state_dict[fqn] if fqn in ep.state_dict else ep.constants[fqn]
+        if not isinstance(value, torch.Tensor):
+            raise ExportError(f"constant {fqn} of the program is a {type(value).__name__}")
+        found[fqn] = value.detach()
+    return dict(sorted(found.items()))
+
+
+def _custom_object_state(name: str, obj: Any) -> tuple[str, list[Any] | str]:
+    """(class as ns::Class, state items) of a custom-class object: what a weights file carries.
+
+    In place of the items, why a weights file cannot carry the object's state.
+    """
+    import torch
+
+    obj = getattr(obj, "real_obj", obj)
+    qualified = obj._type().qualified_name()
+    cls = qualified.removeprefix(CUSTOM_CLASS_PREFIX).replace(".", "::", 1)
+    try:
+        # From Python, (the state def_pickle's getter returns, the class's qualified name).
+        state, _ = obj.__getstate__()
+    except Exception:  # noqa: BLE001
+        return cls, "its class has no def_pickle state"
+    if not isinstance(state, tuple) or not all(
+        isinstance(v, (torch.Tensor, *_PLAIN)) for v in state
+    ):
+        return cls, (
+            "its state (def_pickle's getter) is not a tuple of tensors and numbers, strings or None"
+        )
+    return cls, list(state)
+
+
+def _package_object_names(ep: Any) -> dict[str, str]:
+    """The name AOTInductor gives each custom-class object of the program: fqn -> name.
+
+    Inductor traces the program again and stores each object it meets as an argument under
+    _torchbind_obj0, 1, ... in the order it meets them (torch.fx's Tracer.create_arg): the
+    order of first use in the graph. get_custom_objs() returns them under those names.
+    """
+    import torch
+
+    lifted = ep.graph_signature.inputs_to_lifted_custom_objs
+    names: dict[str, str] = {}
+    for node in ep.graph.nodes:
+        if node.op != "call_function":
+            continue
+        used: list[Any] = []
+        torch.fx.node.map_arg((node.args, node.kwargs), used.append)
+        for arg in used:
+            fqn = lifted.get(arg.name) if arg.op == "placeholder" else None
+            if fqn is not None and fqn not in names:
+                names[fqn] = f"_torchbind_obj{len(names)}"
+    return names
+
+
+def program_custom_objects(ep: Any) -> dict[str, tuple[str, list[Any] | str]]:
+    """Each custom-class object the program holds, by the name the package gives it:
+    name -> (class, state items or why a weights file cannot carry them)."""
+    import torch
+
+    names = _package_object_names(ep)
+    objects = {}
+    for fqn, value in ep.constants.items():
+        if isinstance(getattr(value, "real_obj", value), torch.ScriptObject):
+            cls, state = _custom_object_state(fqn, value)
+            if fqn not in names:
+                # Never called: the package holds no such object.
+                continue
+            objects[names[fqn]] = (cls, state)
+    return dict(sorted(objects.items()))
+
+
+def confirm_object_names(package: str, ep: Any) -> str | None:
+    """Why the package's custom objects are not the program's under _package_object_names, or None.
+
+    The package stores each object (its def_pickle state) under the name get_custom_objs()
+    gives it; each must hold exactly the state of the object the names say it is.
+    """
+    import zipfile
+
+    import torch
+
+    objects = program_custom_objects(ep)
+    try:
+        with zipfile.ZipFile(package) as z:
+            configs = [n for n in z.namelist() if n.endswith("/custom_objs_config.json")]
+            stored = json.loads(z.read(configs[0])) if configs else {}
+            root = configs[0].split("/data/", 1)[0] if configs else ""
+            loaded = {
+                name: torch._C._pickle_load_obj(z.read(f"{root}/data/constants/{entry}"))
+                for name, entry in stored.items()
+            }
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile, RuntimeError) as e:
+        return f"cannot read the package's custom objects ({e})"
+    if sorted(loaded) != sorted(objects):
+        return f"the package names its objects {sorted(loaded)}, not {sorted(objects)}"
+    for name, (_, items) in objects.items():
+        if isinstance(items, str):
+            continue
+        state, _ = loaded[name].__getstate__()
+        same = len(state) == len(items) and all(
+            torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
+            for a, b in zip(state, items, strict=True)
+        )
+        if not same:
+            return f"the package's {name} does not hold the program's state for it"
+    return None
+
+
+def graph_sha256(ep: Any) -> str:
+    """Of everything that decides what the package computes, but the constants' values."""
+    h = hashlib.sha256()
+    for part in (ep.graph_module.code, str(ep.graph_signature), str(ep.range_constraints)):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()
+
+
+def architecture(ep: Any, unconfirmed: str | None = None) -> dict[str, Any]:
+    """architecture.json's content for an ExportedProgram.
+
+    unconfirmed: why the package's names for the custom objects are not known for sure, which
+    rules out a weights file for them.
+    """
+    import torch
+
+    objects = []
+    for name, (cls, items) in program_custom_objects(ep).items():
+        if unconfirmed is not None:
+            items = unconfirmed
+        if isinstance(items, str):
+            # Recorded, so that a weights export names it; a package is still exported.
+            objects.append({"name": name, "class": cls, "state": None, "why": items})
+            continue
+        state = [
+            {"tensor": _tensor_spec(v, f"custom object {name}, state item {i}")}
+            if isinstance(v, torch.Tensor)
+            else {"value": v}
+            for i, v in enumerate(items)
+        ]
+        objects.append({"name": name, "class": cls, "state": state})
+    return {
+        "format": ARCHITECTURE_FORMAT,
+        "graph_sha256": graph_sha256(ep),
+        "constants": [
+            {"name": name, **_tensor_spec(t, f"constant {name}")}
+            for name, t in program_constants(ep).items()
+        ],
+        "custom_objects": objects,
+    }
+
+
+def write_architecture(stage: str, package: str, ep: Any) -> None:
+    """stage/architecture.json for the program `ep`, compiled into `package`."""
+    unconfirmed = confirm_object_names(package, ep)
+    with open(os.path.join(stage, ARCHITECTURE_FILE), "w") as f:
+        json.dump(architecture(ep, unconfirmed), f, indent=1)
+        f.write("\n")
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    return f"{entry['dtype']} {entry['shape']}"
+
+
+def first_difference(base: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """The first way `new` (this model's architecture) differs from `base`, as a phrase; or None."""
+    base_constants = {c["name"]: c for c in base["constants"]}
+    new_constants = {c["name"]: c for c in new["constants"]}
+    for name in sorted(base_constants.keys() | new_constants.keys()):
+        b, n = base_constants.get(name), new_constants.get(name)
+        if n is None:
+            return f"constant {name} of the base is not in this model"
+        if b is None:
+            return f"constant {name} of this model is not in the base"
+        if b["dtype"] != n["dtype"] or b["shape"] != n["shape"]:
+            return f"constant {name} is {_describe(n)} here, {_describe(b)} in the base"
+    base_objects = {o["name"]: o for o in base["custom_objects"]}
+    new_objects = {o["name"]: o for o in new["custom_objects"]}
+    for name in sorted(base_objects.keys() | new_objects.keys()):
+        b, n = base_objects.get(name), new_objects.get(name)
+        if n is None:
+            return f"custom object {name} of the base is not in this model"
+        if b is None:
+            return f"custom object {name} of this model is not in the base"
+        if b["class"] != n["class"]:
+            return f"custom object {name} is a {n['class']} here, a {b['class']} in the base"
+        if b["state"] is None or n["state"] is None:
+            why = (b if b["state"] is None else n)["why"]
+            return f"custom object {name} ({n['class']}) cannot be carried by a weights file: {why}"
+        if len(b["state"]) != len(n["state"]):
+            return (
+                f"custom object {name} has {len(n['state'])} state items here, "
+                f"{len(b['state'])} in the base"
+            )
+        for i, (bi, ni) in enumerate(zip(b["state"], n["state"], strict=True)):
+            if bi != ni:
+                show = {"tensor": lambda s: _describe(s["tensor"]), "value": lambda s: s["value"]}
+                described = [show[next(iter(s))](s) for s in (ni, bi)]
+                return (
+                    f"custom object {name}, state item {i}: {described[0]!r} here, "
+                    f"{described[1]!r} in the base"
+                )
+    if base["graph_sha256"] != new["graph_sha256"]:
+        return (
+            "the exported graph differs from the base's (same constants, other operations, "
+            "inputs or shape ranges)"
+        )
+    return None
+
+
+def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any]]:
+    """The package (file, sha256) a weights file for export `folder` is for, and its architecture.
+
+    The sha256 is the one manifest.json records, and model.pt2 in `folder` must have it: the
+    weights file names the package the fleet runs, which is that one.
+    """
+    manifest_path = os.path.join(folder, "manifest.json")
+    try:
+        with open(manifest_path, "rb") as f:
+            manifest = json.loads(f.read(1 << 20))
+        package = manifest["package"]
+        name, recorded = package["file"], package["sha256"]
+        fmt = manifest["format"]
+    except OSError as e:
+        raise ExportError(f"--base {folder}: cannot read {manifest_path}: {e.strerror}") from e
+    except (ValueError, KeyError, TypeError) as e:
+        raise ExportError(f"--base {folder}: {manifest_path} is not an export's manifest") from e
+    if fmt != manifest_format():
+        raise ExportError(
+            f"--base {folder}: manifest.json has format {fmt!r}; this exporter reads "
+            f"{manifest_format()!r} (export the base again)"
+        )
+    if not isinstance(name, str) or os.path.basename(name) != name:
+        raise ExportError(f"--base {folder}: manifest.json names no package beside it")
+    try:
+        actual = sha256_file(os.path.join(folder, name))
+    except OSError as e:
+        raise ExportError(f"--base {folder}: cannot read {name}: {e.strerror}") from e
+    if actual != recorded:
+        raise ExportError(
+            f"--base {folder}: {name} is not the package manifest.json describes (sha256 "
+            f"{actual}, the manifest's {recorded})"
+        )
+    arch_path = os.path.join(folder, ARCHITECTURE_FILE)
+    try:
+        with open(arch_path, "rb") as f:
+            arch = json.loads(f.read())
+    except FileNotFoundError as e:
+        raise ExportError(
+            f"--base {folder} has no {ARCHITECTURE_FILE}: it was exported before weights files "
+            "existed; export it again"
+        ) from e
+    except (OSError, ValueError) as e:
+        raise ExportError(f"--base {folder}: cannot read {ARCHITECTURE_FILE}") from e
+    if not isinstance(arch, dict) or arch.get("format") != ARCHITECTURE_FORMAT:
+        raise ExportError(
+            f"--base {folder}: {ARCHITECTURE_FILE} is not of format {ARCHITECTURE_FORMAT}"
+        )
+    return {"file": name, "sha256": recorded}, arch
+
+
+def _tensor_bytes(t: Any) -> bytes:
+    import torch
+
+    flat = t.detach().to("cpu").contiguous().reshape(-1)
+    return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+
+
+def write_weights(stage: str, ep: Any, package: dict[str, str], signing_key: Any | None) -> None:
+    """stage/weights.bin, stage/weights.json and, with a key, stage/weights.sig.
+
+    weights.bin holds the constants in name order, then each custom object's state tensors.
+    """
+    import torch
+
+    alignment = load_contract().weights_alignment
+    h = hashlib.sha256()
+    size = 0
+
+    def place(f: Any, t: Any, where: str) -> dict[str, Any]:
+        nonlocal size
+        pad = -size % alignment
+        data = b"\0" * pad + _tensor_bytes(t)
+        f.write(data)
+        h.update(data)
+        entry = {**_tensor_spec(t, where), "offset": size + pad}
+        size += len(data)
+        return entry
+
+    constants = []
+    objects = []
+    with open(os.path.join(stage, "weights.bin"), "wb") as f:
+        for name, t in program_constants(ep).items():
+            constants.append({"name": name, **place(f, t, f"constant {name}")})
+        for name, (cls, items) in program_custom_objects(ep).items():
+            tensors = [
+                {"index": i, **place(f, v, f"custom object {name}, state item {i}")}
+                for i, v in enumerate(items)
+                if isinstance(v, torch.Tensor)
+            ]
+            objects.append({"name": name, "class": cls, "tensors": tensors})
+    manifest = {
+        "format": weights_format(),
+        "package": package,
+        "blob": {"file": "weights.bin", "sha256": h.hexdigest(), "size": size},
+        "constants": constants,
+        "custom_objects": objects,
+    }
+    data = (json.dumps(manifest, indent=1) + "\n").encode()
+    with open(os.path.join(stage, "weights.json"), "wb") as f:
+        f.write(data)
+    if signing_key is not None:
+        with open(os.path.join(stage, "weights.sig"), "wb") as f:
+            f.write(signing_key.sign(data))

@@ -1,0 +1,136 @@
+// weights.json's reader: what it accepts, and each way it refuses a manifest whose layout could
+// make the loader read outside weights.bin, twice, or into a tensor of the wrong size.
+
+#include "deploy/loader/weights_manifest.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+using my_ops::loader::ManifestError;
+using my_ops::loader::parse_weights_manifest;
+using Json = nlohmann::json;
+
+const std::string kSha(64, 'a');
+
+// Two constants and an object's state tensor, 64-byte aligned, in a 320-byte file.
+Json valid() {
+  return Json{
+      {"format", my_ops::loader::kWeightsFormat},
+      {"package", {{"file", "model.pt2"}, {"sha256", kSha}}},
+      {"blob", {{"file", "weights.bin"}, {"sha256", std::string(64, 'b')}, {"size", 320}}},
+      {"constants",
+       {{{"name", "proj.weight"}, {"dtype", "Float"}, {"shape", {4, 8}}, {"offset", 0}},
+        {{"name", "proj.bias"}, {"dtype", "Half"}, {"shape", {8}}, {"offset", 128}}}},
+      {"custom_objects",
+       {{{"name", "_torchbind_obj0"},
+         {"class", "my_ops::RMSNorm"},
+         {"tensors", {{{"index", 0}, {"dtype", "Float"}, {"shape", {16}}, {"offset", 192}}}}}}},
+  };
+}
+
+std::string refusal(const std::string& text) {
+  try {
+    parse_weights_manifest(text);
+  } catch (const ManifestError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted " << text;
+  return "";
+}
+
+std::string refusal(const Json& manifest) { return refusal(manifest.dump()); }
+
+TEST(WeightsManifest, ReadsEveryField) {
+  const auto m = parse_weights_manifest(valid().dump());
+  EXPECT_EQ(m.package.sha256, kSha);
+  EXPECT_EQ(m.blob.file, "weights.bin");
+  EXPECT_EQ(m.blob_size, 320u);
+  ASSERT_EQ(m.constants.size(), 2u);
+  EXPECT_EQ(m.constants[0].name, "proj.weight");
+  EXPECT_EQ(m.constants[0].tensor.nbytes, 4u * 8u * 4u);
+  EXPECT_EQ(m.constants[1].tensor.nbytes, 8u * 2u);
+  EXPECT_EQ(m.constants[1].tensor.offset, 128u);
+  ASSERT_EQ(m.objects.size(), 1u);
+  EXPECT_EQ(m.objects[0].class_name, "my_ops::RMSNorm");
+  ASSERT_EQ(m.objects[0].tensors.size(), 1u);
+  EXPECT_EQ(m.objects[0].tensors[0].index, 0u);
+  EXPECT_EQ(m.objects[0].tensors[0].tensor.nbytes, 64u);
+}
+
+TEST(WeightsManifest, EveryDtypeOfTheContractHasAnElementSize) {
+  for (const char* dtype : my_ops::loader::contract::kInputDtypes) {
+    EXPECT_GT(my_ops::loader::weights_element_size(dtype), 0u) << dtype;
+  }
+}
+
+TEST(WeightsManifest, RefusesATensorOutsideTheFile) {
+  Json m = valid();
+  m["blob"]["size"] = 300;  // the state tensor's 64 bytes at 256 end past it
+  m["custom_objects"][0]["tensors"][0]["offset"] = 256;
+  EXPECT_NE(refusal(m).find("lie outside the 300-byte weights file"), std::string::npos);
+}
+
+TEST(WeightsManifest, RefusesAnOffsetNearTheTopOfTheRange) {
+  Json m = valid();
+  m["constants"][0]["offset"] = 18446744073709551552ull;  // 2^64 - 64: offset + size wraps
+  EXPECT_NE(refusal(m).find("lie outside"), std::string::npos);
+}
+
+TEST(WeightsManifest, RefusesAShapeWhoseSizeOverflows) {
+  Json m = valid();
+  m["constants"][0]["shape"] = {4294967296ull, 4294967296ull};
+  EXPECT_NE(refusal(m).find("larger than any file"), std::string::npos);
+}
+
+TEST(WeightsManifest, RefusesMisalignedAndOverlappingTensors) {
+  Json m = valid();
+  m["constants"][1]["offset"] = 100;
+  EXPECT_NE(refusal(m).find("not a multiple of 64"), std::string::npos);
+  m = valid();
+  m["constants"][1]["offset"] = 64;  // inside proj.weight's 128 bytes
+  EXPECT_NE(refusal(m).find("overlaps"), std::string::npos);
+}
+
+TEST(WeightsManifest, RefusesWhatAReaderCouldTakeTwoWays) {
+  Json m = valid();
+  m["constants"][1]["name"] = "proj.weight";
+  EXPECT_NE(refusal(m).find("listed twice"), std::string::npos);
+  m = valid();
+  m["constants"][0]["stride"] = {8, 1};
+  EXPECT_NE(refusal(m).find("unknown member 'stride'"), std::string::npos);
+  m = valid();
+  m["signed_by"] = "someone";
+  EXPECT_NE(refusal(m).find("unknown member 'signed_by'"), std::string::npos);
+  EXPECT_NE(refusal(std::string(R"({"format": 1, "format": 2})")).find("duplicate"),
+            std::string::npos);
+}
+
+TEST(WeightsManifest, RefusesBadValues) {
+  Json m = valid();
+  m["constants"][0]["dtype"] = "Complex";
+  EXPECT_NE(refusal(m).find("unknown dtype 'Complex'"), std::string::npos);
+  m = valid();
+  m["constants"][0]["shape"] = {-4, 8};
+  EXPECT_NE(refusal(m).find("non-negative integers"), std::string::npos);
+  m = valid();
+  m["constants"][0]["offset"] = 0.5;
+  EXPECT_NE(refusal(m).find("non-negative integer"), std::string::npos);
+  m = valid();
+  m["constants"][0]["name"] = "a\nb";
+  EXPECT_NE(refusal(m).find("printable name"), std::string::npos);
+  m = valid();
+  m["format"] = "my_ops.weights/0";
+  EXPECT_NE(refusal(m).find("this loader reads"), std::string::npos);
+  m = valid();
+  m["package"]["sha256"] = "ABC";
+  EXPECT_NE(refusal(m).find("64 lowercase hex"), std::string::npos);
+  m = valid();
+  m["custom_objects"][0]["tensors"][0]["index"] = 1000;
+  EXPECT_NE(refusal(m).find("out of range"), std::string::npos);
+}
+
+}  // namespace

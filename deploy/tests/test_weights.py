@@ -1,0 +1,305 @@
+"""Weights files: `export --weights-only` and `loader --weights` on //deploy:default_package.
+
+//deploy:retrained_weights holds the default model's weights after another training run
+(default_model.make_retrained_model), for the default package, signed with the test key pair,
+with that model's eager outputs on its sample. The package's code is unchanged, so the loader's
+outputs with these weights are compared with eager at the exporter's own verify tolerance
+(1e-4, float32: the package's kernels reorder float32 sums, nothing else).
+
+Every refusal is exit 10 and one line: a weights file that is not what its manifest says, or a
+manifest that does not fit the loaded package, are integrity failures of the shipped files, like
+a package that does not match manifest.json; exit 7 is for the inputs of a run, which are not at
+fault here.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import LOADER_EXIT, error_lines, run_export, run_loader, writable_copy
+
+
+def _run(
+    loader_bin: str,
+    package: Path,
+    weights: Path | None,
+    expect: Path,
+    tmp_path: Path,
+    *extra: str,
+):
+    args = [
+        "--package",
+        str(package / "model.pt2"),
+        "--input",
+        str(expect.parent / "sample_input.pt"),
+    ]
+    args += ["--output", str(tmp_path / "out.pt"), "--expect", str(expect), *extra]
+    if weights is not None:
+        args += ["--weights", str(weights / "weights.bin")]
+    return run_loader(loader_bin, args, tmp_path / "tmp")
+
+
+def _refused(proc, needle: str) -> str:
+    assert proc.returncode == LOADER_EXIT["integrity"], (proc.returncode, proc.stderr)
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("loader: error: "), proc.stderr
+    assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_new_weights_give_the_retrained_models_outputs(
+    loader_bin: str, default_package: Path, retrained_weights: Path, tmp_path: Path
+) -> None:
+    proc = _run(
+        loader_bin,
+        default_package,
+        retrained_weights,
+        retrained_weights / "expected_output.pt",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "outputs match" in proc.stdout
+
+
+def test_without_weights_the_package_keeps_its_own(
+    loader_bin: str, default_package: Path, retrained_weights: Path, tmp_path: Path
+) -> None:
+    # The package alone is the original model (its own expected outputs) ...
+    own = _run(loader_bin, default_package, None, default_package / "expected_output.pt", tmp_path)
+    assert own.returncode == 0, own.stderr
+    # ... and not the retrained one: the weights file is what changes the outputs.
+    other = _run(
+        loader_bin, default_package, None, retrained_weights / "expected_output.pt", tmp_path
+    )
+    assert other.returncode == LOADER_EXIT["expect_mismatch"], other.stderr
+
+
+def test_signed_weights_verify_with_the_public_key(
+    loader_bin: str,
+    exported: Path,
+    retrained_weights: Path,
+    signing_keys: Path,
+    tmp_path: Path,
+) -> None:
+    key = ["--public-key", str(signing_keys / "public_key.pem")]
+    proc = _run(
+        loader_bin,
+        exported,
+        retrained_weights,
+        retrained_weights / "expected_output.pt",
+        tmp_path,
+        *key,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.fixture
+def weights(retrained_weights: Path, tmp_path: Path) -> Path:
+    """A writable copy of //deploy:retrained_weights."""
+    return writable_copy(retrained_weights, tmp_path / "weights")
+
+
+def _edit_manifest(folder: Path, edit) -> None:
+    path = folder / "weights.json"
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def _constant(manifest: dict, name: str) -> dict:
+    return next(c for c in manifest["constants"] if c["name"] == name)
+
+
+def test_weights_for_another_package_are_refused(
+    loader_bin: str, default_package: Path, weights: Path, tmp_path: Path
+) -> None:
+    _edit_manifest(weights, lambda m: m["package"].update(sha256="0" * 64))
+    proc = _run(loader_bin, default_package, weights, weights / "expected_output.pt", tmp_path)
+    _refused(proc, "is for another package")
+
+
+def test_a_flipped_byte_is_refused(
+    loader_bin: str, default_package: Path, weights: Path, tmp_path: Path
+) -> None:
+    blob = bytearray((weights / "weights.bin").read_bytes())
+    blob[len(blob) // 2] ^= 0x01
+    (weights / "weights.bin").write_bytes(bytes(blob))
+    proc = _run(loader_bin, default_package, weights, weights / "expected_output.pt", tmp_path)
+    _refused(proc, "does not match weights manifest")
+
+
+def test_a_truncated_weights_file_is_refused(
+    loader_bin: str, default_package: Path, weights: Path, tmp_path: Path
+) -> None:
+    blob = (weights / "weights.bin").read_bytes()
+    (weights / "weights.bin").write_bytes(blob[:-64])
+    proc = _run(loader_bin, default_package, weights, weights / "expected_output.pt", tmp_path)
+    _refused(proc, "the manifest says")
+
+
+def test_a_changed_signed_manifest_is_refused(
+    loader_bin: str, exported: Path, weights: Path, signing_keys: Path, tmp_path: Path
+) -> None:
+    # Only the layout changes, not what it says: the signature covers the bytes.
+    (weights / "weights.json").write_text(
+        json.dumps(json.loads((weights / "weights.json").read_text()))
+    )
+    key = ["--public-key", str(signing_keys / "public_key.pem")]
+    proc = _run(loader_bin, exported, weights, weights / "expected_output.pt", tmp_path, *key)
+    _refused(proc, "does not verify weights manifest")
+
+
+def test_unsigned_weights_are_refused_with_a_public_key(
+    loader_bin: str, exported: Path, weights: Path, signing_keys: Path, tmp_path: Path
+) -> None:
+    (weights / "weights.sig").unlink()
+    key = ["--public-key", str(signing_keys / "public_key.pem")]
+    proc = _run(loader_bin, exported, weights, weights / "expected_output.pt", tmp_path, *key)
+    _refused(proc, "is not signed")
+
+
+def _rename(m: dict) -> None:
+    _constant(m, "stem.weight")["name"] = "stem.w"
+
+
+def _reshape(m: dict) -> None:
+    # The same number of bytes: only the shape check can tell.
+    _constant(m, "gate_up.weight")["shape"] = [128, 128]
+
+
+def _retype(m: dict) -> None:
+    _constant(m, "qkv.bias")["dtype"] = "Int"
+
+
+def _drop_object(m: dict) -> None:
+    m["custom_objects"] = []
+
+
+def _drop_object_tensor(m: dict) -> None:
+    m["custom_objects"][0]["tensors"] = []
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (_rename, "it lacks the package's constant stem.weight"),
+        (
+            _reshape,
+            "constant gate_up.weight is Float [128, 128] in the weights file, Float [256, 64]",
+        ),
+        (_retype, "constant qkv.bias is Int [192] in the weights file, Float [192]"),
+        (_drop_object, "it lacks the package's custom object _torchbind_obj0"),
+        (_drop_object_tensor, "state item 0 is a tensor the weights file does not carry"),
+    ],
+    ids=["renamed", "reshaped", "retyped", "object-missing", "object-tensor-missing"],
+)
+def test_constants_that_do_not_fit_are_refused(
+    loader_bin: str, default_package: Path, weights: Path, tmp_path: Path, edit, needle: str
+) -> None:
+    """An unsigned manifest edited by hand: its sha256 sums still hold, the package's constants
+    do not fit it. Nothing may be loaded, since the copy writes where the package's own
+    constants are (exit 10, not the input-mismatch 7: the shipped files disagree)."""
+    _edit_manifest(weights, edit)
+    proc = _run(loader_bin, default_package, weights, weights / "expected_output.pt", tmp_path)
+    _refused(proc, needle)
+
+
+def test_weights_of_one_export_fit_the_same_model_exported_again(
+    loader_bin: str, default_package: Path, weights: Path, tmp_path: Path
+) -> None:
+    """The manifest names its package by sha256, not by file name: a renamed copy is accepted."""
+    package = tmp_path / "renamed"
+    package.mkdir()
+    shutil.copyfile(default_package / "model.pt2", package / "model.pt2")
+    shutil.copyfile(default_package / "manifest.json", package / "manifest.json")
+    proc = _run(loader_bin, package, weights, weights / "expected_output.pt", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+# --- the exporter -----------------------------------------------------------------------------
+
+
+def _export_weights(model: str, base: Path, tmp_path: Path, *extra: str):
+    out = tmp_path / "out"
+    args = ["--weights-only", "--base", str(base), "--model", model, "--out", str(out), *extra]
+    return run_export(args, tmp_path / "tmp"), out
+
+
+@pytest.mark.parametrize(
+    ("model", "needle"),
+    [
+        ("weight_models:renamed", "constant input_proj.weight of this model is not in the base"),
+        ("weight_models:reshaped", "constant down.weight is Float [64, 96] here, Float [64, 128]"),
+        ("weight_models:retyped", "constant proj.bias is Double [64] here, Float [64] in the base"),
+        (
+            "weight_models:other_eps",
+            "custom object _torchbind_obj0, state item 1: 1e-06 here, 1e-05",
+        ),
+        ("weight_models:other_graph", "the exported graph differs from the base's"),
+    ],
+    ids=["renamed", "reshaped", "retyped", "object-state", "graph"],
+)
+def test_export_refuses_another_architecture(
+    default_package: Path, tmp_path: Path, model: str, needle: str
+) -> None:
+    proc, out = _export_weights(model, default_package, tmp_path)
+    assert proc.returncode == 4, proc.stderr
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("export: error: "), proc.stderr
+    assert needle in lines[0], lines[0]
+    assert not out.exists()
+
+
+def test_export_writes_the_weights_the_loader_takes(
+    loader_bin: str, default_package: Path, tmp_path: Path
+) -> None:
+    """A weights export run here (the build-time one is checked above), of the same model as the
+    package: its weights reproduce the package's own outputs bit for bit."""
+    proc, out = _export_weights("deploy.default_model:make_model", default_package, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "expected_output.pt",
+        "sample_input.pt",
+        "weights.bin",
+        "weights.json",
+    ]
+    manifest = json.loads((out / "weights.json").read_text())
+    package_manifest = json.loads((default_package / "manifest.json").read_text())
+    assert manifest["package"] == package_manifest["package"]
+    assert manifest["blob"]["size"] == (out / "weights.bin").stat().st_size
+    args = [
+        "--package",
+        str(default_package / "model.pt2"),
+        "--input",
+        str(default_package / "sample_input.pt"),
+        "--output",
+        str(tmp_path / "a.pt"),
+    ]
+    plain = run_loader(loader_bin, args, tmp_path / "tmp")
+    assert plain.returncode == 0, plain.stderr
+    args += ["--weights", str(out / "weights.bin"), "--expect", str(tmp_path / "a.pt"), "--exact"]
+    args[5] = str(tmp_path / "b.pt")
+    same = run_loader(loader_bin, args, tmp_path / "tmp")
+    assert same.returncode == 0, same.stderr
+
+
+def test_export_refuses_a_base_without_architecture(default_package: Path, tmp_path: Path) -> None:
+    base = writable_copy(default_package, tmp_path / "base")
+    (base / "architecture.json").unlink()
+    proc, out = _export_weights("deploy.default_model:make_model", base, tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "has no architecture.json" in proc.stderr
+    assert not out.exists()
+
+
+def test_export_refuses_a_base_whose_package_changed(default_package: Path, tmp_path: Path) -> None:
+    base = writable_copy(default_package, tmp_path / "base")
+    with open(base / "model.pt2", "ab") as f:
+        f.write(b"\0")
+    proc, out = _export_weights("deploy.default_model:make_model", base, tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert "is not the package manifest.json describes" in proc.stderr
+    assert not out.exists()
