@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--models: unknown {unknown}; choose from {','.join(MODELS)}")
     exporter = [_resolve(args.export, "MY_OPS_EXPORT", "export")]
     timer = _resolve(args.timer, "MY_OPS_WEIGHTS_TIMER", "timer")
-    ops = _resolve(args.ops, "MY_OPS_LIBRARY", "ops")
+    # The file itself: the API opens nothing through a symbolic link (a runfile is one).
+    ops = os.path.realpath(_resolve(args.ops, "MY_OPS_LIBRARY", "ops"))
     env = dict(os.environ)
     # The exporter imports the bench's models as this process does.
     env["PYTHONPATH"] = os.pathsep.join(q for q in sys.path if q)

@@ -4,8 +4,14 @@
 # checks model.pt2 and libmy_ops.so against manifest.json; add
 # --public-key KEY to require the manifest's signature as well.
 #
-# usage: run.sh [LIBTORCH_LIB_DIR] [extra loader flags, e.g. --bench 100]
+# usage: run.sh [LIBTORCH_LIB_DIR] [--weights DIR] [extra loader flags, e.g. --bench 100]
 #        (LIBTORCH_LIB_DIR defaults to $LIBTORCH_LIB)
+#
+# --weights DIR runs the bundled model with the weights file in DIR, which
+# `export --weights-only --base` wrote for the bundled package (weights.bin,
+# weights.json, and weights.sig when signed), on DIR's sample input against
+# DIR's expected output: a fleet ships the bundle once, and weights files
+# afterwards. The loader checks that the weights file is for this package.
 #
 # A linux-aarch64 bundle also needs libcudart.so.13 and libcupti.so.13 (the
 # aarch64 wheels nvidia-cuda-runtime and nvidia-cuda-cupti), which the torch
@@ -21,6 +27,42 @@ lib=${LIBTORCH_LIB:-}
 if [ $# -gt 0 ] && [ "${1#-}" = "$1" ]; then
   lib=$1
   shift
+fi
+# --weights DIR is run.sh's own; every other argument goes to the loader as it is.
+weights=
+n=$#
+while [ "$n" -gt 0 ]; do
+  arg=$1
+  shift
+  n=$((n - 1))
+  case $arg in
+    --weights)
+      if [ "$n" -eq 0 ]; then
+        echo "run.sh: error: --weights needs a folder (a weights export)" >&2
+        exit 2
+      fi
+      weights=$1
+      shift
+      n=$((n - 1))
+      ;;
+    --weights=*) weights=${arg#--weights=} ;;
+    *) set -- "$@" "$arg" ;;
+  esac
+done
+input="$here/sample_input.pt"
+expect="$here/expected_output.pt"
+if [ -n "$weights" ]; then
+  # The folder, or its weights.bin.
+  [ -d "$weights" ] || weights=$(dirname "$weights")
+  for f in weights.bin weights.json sample_input.pt expected_output.pt; do
+    if [ ! -f "$weights/$f" ]; then
+      echo "run.sh: error: --weights $weights holds no $f (give the folder export --weights-only wrote)" >&2
+      exit 2
+    fi
+  done
+  input="$weights/sample_input.pt"
+  expect="$weights/expected_output.pt"
+  set -- --weights "$weights/weights.bin" "$@"
 fi
 if [ -z "$lib" ]; then
   echo "run.sh: error: give the LibTorch lib directory as the first argument or in LIBTORCH_LIB" >&2
@@ -90,9 +132,9 @@ ${MY_OPS_EMULATOR:-} "$here/loader" \
   --ops "$here/libmy_ops.so" \
   --package "$here/model.pt2" \
   --manifest "$here/manifest.json" \
-  --input "$here/sample_input.pt" \
+  --input "$input" \
   --output "$out/output.pt" \
-  --expect "$here/expected_output.pt" \
+  --expect "$expect" \
   "$@" || status=$?
 if [ "$status" -eq 0 ]; then
   echo "run.sh: OK"

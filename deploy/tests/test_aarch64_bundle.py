@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import qemu_aarch64
 import torch
-from conftest import BUNDLE_FILES, LOADER_EXIT, absolute_from_env
+from conftest import BUNDLE_FILES, LOADER_EXIT, absolute_from_env, package_folder
 
 from deploy import default_model
 
@@ -162,6 +162,34 @@ def test_outputs_match_eager_on_this_machine(bundle: Path, prefix: Path, tmp_pat
         # through a few layers. 2e-5 relative (~170 ulp) with 1e-5 absolute for
         # values near zero is the suite's float32 tolerance.
         torch.testing.assert_close(g, w, rtol=2e-5, atol=1e-5)
+
+
+def test_a_weights_file_gives_the_retrained_models_outputs(
+    bundle: Path, prefix: Path, tmp_path: Path
+) -> None:
+    """The aarch64 package with another training run's weights (export --weights-only against
+    it): the retrained model's eager outputs on this machine, at the tolerance above."""
+    weights = package_folder(
+        "AARCH64_RETRAINED_WEIGHTS", "//deploy:retrained_weights_linux_aarch64", "weights.bin"
+    )
+    out = tmp_path / "output.pt"
+    args = _loader_args(bundle, out)
+    args[args.index("--input") + 1] = str(weights / "sample_input.pt")
+    args += ["--weights", str(weights / "weights.bin")]
+    result = _loader(prefix, bundle, args, tmp_path)
+    assert result.returncode == 0, result.stderr
+    got = torch.load(out)
+    want = torch.load(weights / "expected_output.pt")
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=2e-5, atol=1e-5)
+    # The original model's outputs on that input are far from these: the tolerance above tells
+    # the two sets of weights apart.
+    with torch.no_grad():
+        original = default_model.make_model(max_batch=16).module.eval()(
+            *torch.load(weights / "sample_input.pt")
+        )
+    assert not torch.allclose(original, want[0], rtol=2e-5, atol=1e-5)
 
 
 def test_tampered_package_is_refused(bundle: Path, prefix: Path, tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tarfile
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import BUNDLE_FILES, absolute_from_env
+from conftest import BUNDLE_FILES, absolute_from_env, writable_copy
 
 
 def _runfile(env_var: str) -> Path:
@@ -34,12 +35,20 @@ def test_bundle_contents(bundle: Path) -> None:
     assert os.access(bundle / "loader", os.X_OK)
 
 
-def _run_bundle(bundle: Path, scratch: Path) -> subprocess.CompletedProcess:
+def _run_bundle(bundle: Path, scratch: Path, *args: str) -> subprocess.CompletedProcess:
     libtorch_lib = _runfile("LIBTORCH_LIB").parent
     # env -i: no PATH to Python, no Bazel runfiles variables; only TMPDIR, so
     # the loader's scratch space stays inside the test's sandbox.
     return subprocess.run(
-        ["env", "-i", f"TMPDIR={scratch}", "/bin/sh", str(bundle / "run.sh"), str(libtorch_lib)],
+        [
+            "env",
+            "-i",
+            f"TMPDIR={scratch}",
+            "/bin/sh",
+            str(bundle / "run.sh"),
+            str(libtorch_lib),
+            *args,
+        ],
         cwd=scratch,
         capture_output=True,
         text=True,
@@ -93,3 +102,34 @@ def test_bundle_expected_output_matches_a_python_run(bundle: Path) -> None:
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_run_sh_runs_the_bundle_with_a_weights_file(
+    bundle: Path, retrained_weights: Path, tmp_path: Path
+) -> None:
+    # The bundle's package with another training run's weights, checked against that model's
+    # eager outputs (the weights folder's own sample): what a fleet runs after an update.
+    result = _run_bundle(bundle, tmp_path, "--weights", str(retrained_weights))
+    assert result.returncode == 0, result.stderr
+    assert "run.sh: OK" in result.stdout
+
+
+def test_run_sh_refuses_weights_for_another_package(
+    bundle: Path, retrained_weights: Path, tmp_path: Path
+) -> None:
+    weights = writable_copy(retrained_weights, tmp_path / "weights")
+    manifest = json.loads((weights / "weights.json").read_text())
+    manifest["package"]["sha256"] = "f" * 64
+    (weights / "weights.json").write_text(json.dumps(manifest))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    result = _run_bundle(bundle, scratch, f"--weights={weights / 'weights.bin'}")
+    assert result.returncode == 10, (result.returncode, result.stderr)
+    assert "is for another package" in result.stderr, result.stderr
+
+
+def test_run_sh_names_what_a_weights_folder_lacks(bundle: Path, tmp_path: Path) -> None:
+    (tmp_path / "weights").mkdir()
+    result = _run_bundle(bundle, tmp_path, "--weights", str(tmp_path / "weights"))
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert "holds no weights.bin" in result.stderr, result.stderr
