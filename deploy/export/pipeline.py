@@ -15,6 +15,11 @@ Outputs (in --out, default $BUILD_WORKSPACE_DIRECTORY/out or ./out):
                        match it, or op libraries that lack what it calls
   manifest.sig         with --signing-key: Ed25519 signature of manifest.json,
                        which the loader requires with --public-key
+  architecture.json    what a weights file for the package must match (weights.py)
+
+Weights files: --weights-only --base DIR exports the model with torch.export
+only, checks it against DIR/architecture.json and writes a weights file for
+DIR's package instead of a package (weights.py says what and why).
 
 Keys: --generate-key DIR writes DIR/signing_key.pem (private, mode 0600) and
 DIR/public_key.pem, or neither when one of them exists. --signing-key also
@@ -261,7 +266,8 @@ def _write_weights_export(
     import torch
 
     package, base_architecture = base
-    difference = first_difference(base_architecture, architecture(ep))
+    mine = architecture(ep)
+    difference = first_difference(base_architecture, mine)
     if difference is not None:
         raise ExportError(
             f"the model does not have the --base package's architecture: {difference}; "
