@@ -281,8 +281,8 @@ def _write_weights_export(
     torch.save(to_device(sample, "cpu"), os.path.join(stage, "sample_input.pt"))
     torch.save(expected, os.path.join(stage, "expected_output.pt"))
     print(
-        f"weights: {len(architecture(ep)['constants'])} constants for package "
-        f"{package['sha256'][:16]}...",
+        f"weights: {len(mine['constants'])} constants, {len(mine['custom_objects'])} custom "
+        f"objects, for package {package['sha256'][:16]}...",
         flush=True,
     )
 
