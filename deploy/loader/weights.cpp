@@ -68,6 +68,8 @@ class BlobReader {
 
  private:
   void skip_to(uint64_t offset) {
+    // An empty tensor may sit where the previous one ended, or share its offset.
+    if (offset <= position_) return;
     std::vector<unsigned char> buf(std::min<uint64_t>(offset - position_, uint64_t{1} << 20));
     while (position_ < offset) {
       read(buf.data(), std::min<uint64_t>(buf.size(), offset - position_));
