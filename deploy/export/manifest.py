@@ -323,14 +323,12 @@ def write_manifest(
             f.write(signing_key.sign(manifest))
 
 
-def sign_export(folder: str, signing_key: Any) -> str:
-    """Write folder/manifest.sig for the manifest.json of an existing export; returns its path.
+def described_package(folder: str) -> tuple[bytes, dict[str, str]]:
+    """folder/manifest.json's bytes, and the package it describes ({"file", "sha256"}).
 
-    For signing on another machine than the one that exported (a release step
-    that holds the key). Only a manifest that vouches for the package beside
-    it is signed: the loader's format, and the sha256 of the file it names.
-    The bytes signed are the bytes checked, read once. manifest.sig is
-    replaced by a rename, so a reader sees the old signature or the new one.
+    Only once the manifest is this exporter's format and names a file beside it whose sha256
+    is the one it records; raises ExportError naming the file at fault otherwise. The bytes
+    are the ones checked, read once.
     """
     manifest_path = os.path.join(folder, "manifest.json")
     try:
@@ -346,8 +344,8 @@ def sign_export(folder: str, signing_key: Any) -> str:
         raise ExportError(f"{manifest_path} is not the manifest.json of an export") from e
     if found_format != manifest_format():
         raise ExportError(
-            f"{manifest_path} has format {found_format!r}; this exporter signs "
-            f"{manifest_format()!r}"
+            f"{manifest_path} has format {found_format!r}; this exporter writes "
+            f"{manifest_format()!r} (export it again)"
         )
     if not isinstance(package_name, str) or os.path.basename(package_name) != package_name:
         raise ExportError(f"{manifest_path} names no package file beside it: {package_name!r}")
@@ -359,8 +357,20 @@ def sign_export(folder: str, signing_key: Any) -> str:
     if actual != recorded:
         raise ExportError(
             f"{package_path} is not the package {manifest_path} describes (its sha256 is "
-            f"{actual}, the manifest's {recorded}); not signing"
+            f"{actual}, the manifest's {recorded})"
         )
+    return data, {"file": package_name, "sha256": recorded}
+
+
+def sign_export(folder: str, signing_key: Any) -> str:
+    """Write folder/manifest.sig for the manifest.json of an existing export; returns its path.
+
+    For signing on another machine than the one that exported (a release step
+    that holds the key). Only a manifest that vouches for the package beside
+    it is signed (described_package). manifest.sig is replaced by a rename, so
+    a reader sees the old signature or the new one.
+    """
+    data, _ = described_package(folder)
     signature_path = os.path.join(folder, "manifest.sig")
     try:
         fd, staged = tempfile.mkstemp(dir=folder, prefix=".manifest.sig.")

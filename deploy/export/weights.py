@@ -38,7 +38,7 @@ from typing import Any
 
 from .compile import load_contract
 from .errors import ExportError
-from .manifest import CUSTOM_CLASS_PREFIX, manifest_format, sha256_file
+from .manifest import CUSTOM_CLASS_PREFIX, described_package
 
 ARCHITECTURE_FILE = "architecture.json"
 ARCHITECTURE_FORMAT = "my_ops.architecture/1"
@@ -287,33 +287,10 @@ def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any]]:
     The sha256 is the one manifest.json records, and model.pt2 in `folder` must have it: the
     weights file names the package the fleet runs, which is that one.
     """
-    manifest_path = os.path.join(folder, "manifest.json")
     try:
-        with open(manifest_path, "rb") as f:
-            manifest = json.loads(f.read(1 << 20))
-        package = manifest["package"]
-        name, recorded = package["file"], package["sha256"]
-        fmt = manifest["format"]
-    except OSError as e:
-        raise ExportError(f"--base {folder}: cannot read {manifest_path}: {e.strerror}") from e
-    except (ValueError, KeyError, TypeError) as e:
-        raise ExportError(f"--base {folder}: {manifest_path} is not an export's manifest") from e
-    if fmt != manifest_format():
-        raise ExportError(
-            f"--base {folder}: manifest.json has format {fmt!r}; this exporter reads "
-            f"{manifest_format()!r} (export the base again)"
-        )
-    if not isinstance(name, str) or os.path.basename(name) != name:
-        raise ExportError(f"--base {folder}: manifest.json names no package beside it")
-    try:
-        actual = sha256_file(os.path.join(folder, name))
-    except OSError as e:
-        raise ExportError(f"--base {folder}: cannot read {name}: {e.strerror}") from e
-    if actual != recorded:
-        raise ExportError(
-            f"--base {folder}: {name} is not the package manifest.json describes (sha256 "
-            f"{actual}, the manifest's {recorded})"
-        )
+        _, package = described_package(folder)
+    except ExportError as e:
+        raise ExportError(f"--base {folder}: {e}") from e
     arch_path = os.path.join(folder, ARCHITECTURE_FILE)
     try:
         with open(arch_path, "rb") as f:
@@ -329,7 +306,7 @@ def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any]]:
         raise ExportError(
             f"--base {folder}: {ARCHITECTURE_FILE} is not of format {ARCHITECTURE_FORMAT}"
         )
-    return {"file": name, "sha256": recorded}, arch
+    return package, arch
 
 
 def _tensor_bytes(t: Any) -> bytes:

@@ -301,5 +301,7 @@ def test_export_refuses_a_base_whose_package_changed(default_package: Path, tmp_
         f.write(b"\0")
     proc, out = _export_weights("deploy.default_model:make_model", base, tmp_path)
     assert proc.returncode == 1, proc.stderr
-    assert "is not the package manifest.json describes" in proc.stderr
+    assert f"{base / 'model.pt2'} is not the package {base / 'manifest.json'} describes" in (
+        proc.stderr
+    )
     assert not out.exists()
