@@ -1,4 +1,4 @@
-"""Fuzzing the loader's input reader and manifest reader with Hypothesis.
+"""Fuzzing the loader's input reader, manifest reader and weights-file reader with Hypothesis.
 
 Each example writes one malformed (or, by chance, valid) file and runs the
 loader on it with //deploy:default_package. Whatever the file, the loader
@@ -78,8 +78,16 @@ def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
-def _run(loader_bin: str, ops: str, package: Path, work: Path, **files: bytes):
-    """Runs the loader with the sample input and default manifest, except for `files`."""
+def _run(
+    loader_bin: str,
+    ops: str,
+    package: Path,
+    work: Path,
+    extra: tuple[str, ...] = (),
+    **files: bytes,
+):
+    """Runs the loader with the sample input and default manifest, except for `files`, and with
+    `extra` flags, in which {weights_manifest} stands for the path of the file of that name."""
     out = work / "out.pt"
     out.unlink(missing_ok=True)
     paths = {
@@ -92,7 +100,7 @@ def _run(loader_bin: str, ops: str, package: Path, work: Path, **files: bytes):
     argv = [
         loader_bin, "--ops", ops, "--package", str(package),
         "--input", str(paths["input"]), "--manifest", str(paths["manifest"]),
-        "--output", str(out),
+        "--output", str(out), *(a.format(**paths) for a in extra),
     ]  # fmt: skip
     try:
         proc = subprocess.run(
@@ -386,3 +394,87 @@ def test_manifest_regressions(loader_bin, ops_library, package, work, edit: str)
     line = _check(rc, stderr, out, INTEGRITY)
     assert rc == LOADER_EXIT["integrity"], (rc, stderr)
     assert str(paths["manifest"]) in line and "malformed" in line, line
+
+
+# --------------------------------------------------------------------------- weights files
+
+_WEIGHTS_TENSOR_KEYS = ["name", "dtype", "shape", "offset", "index", "extra"]
+_WEIGHTS_VALUES = st.one_of(
+    _JSON,
+    st.sampled_from(["Float", "Int", "Half", "Double", "Bool", "Byte", "Complex"]),
+    st.lists(st.integers(-1, 2**63), max_size=4),
+    st.integers(-1, 2**64 + 1),
+)
+
+
+@st.composite
+def _weights_manifests(draw, base: bytes) -> bytes:
+    """weights.json of //deploy:retrained_weights, mutated: bytes, or its entries and members."""
+    if draw(st.booleans()):
+        return draw(_mutations(base))
+    m = json.loads(base)
+    for _ in range(draw(st.integers(1, 3))):
+        entries = m["constants"] + [t for o in m["custom_objects"] for t in o["tensors"]]
+        kind = draw(st.sampled_from(["member", "drop", "duplicate", "swap_offsets", "top"]))
+        if kind == "member" and entries:
+            draw(st.sampled_from(entries))[draw(st.sampled_from(_WEIGHTS_TENSOR_KEYS))] = draw(
+                _WEIGHTS_VALUES
+            )
+        elif kind == "drop" and m["constants"]:
+            m["constants"].pop(draw(st.integers(0, len(m["constants"]) - 1)))
+        elif kind == "duplicate" and m["constants"]:
+            m["constants"].append(dict(draw(st.sampled_from(m["constants"]))))
+        elif kind == "swap_offsets" and len(entries) > 1:
+            a, b = draw(st.lists(st.sampled_from(entries), min_size=2, max_size=2, unique_by=id))
+            a["offset"], b["offset"] = b.get("offset"), a.get("offset")
+        else:
+            key = draw(
+                st.sampled_from(["format", "package", "blob", "constants", "custom_objects"])
+            )
+            if draw(st.booleans()):
+                m.pop(key, None)
+            else:
+                m[key] = draw(_JSON)
+    return json.dumps(m).encode()
+
+
+def _layout(text: bytes) -> tuple | None:
+    """What of a weights.json must match the package for the loader to take it."""
+    try:
+        m = json.loads(text)
+        return (
+            m["package"]["sha256"],
+            m["blob"]["sha256"],
+            sorted((c["name"], c["dtype"], c["shape"]) for c in m["constants"]),
+            sorted(
+                (
+                    o["name"],
+                    o["class"],
+                    sorted((t["index"], t["dtype"], t["shape"]) for t in o["tensors"]),
+                )
+                for o in m["custom_objects"]
+            ),
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+@FUZZ
+@given(data=st.data())
+def test_malformed_weights_manifests(
+    loader_bin, ops_library, package, retrained_weights, work, data
+) -> None:
+    """The loader with --weights and a mutated (unsigned) weights.json beside the real weights.bin:
+    exit 0 or 10, one line, nothing left behind; taken only with the package's own layout."""
+    base = (retrained_weights / "weights.json").read_bytes()
+    fuzzed = data.draw(_weights_manifests(base), label="weights.json")
+    extra = ("--weights", str(retrained_weights / "weights.bin"), "--weights-manifest",
+             "{weights_manifest}")  # fmt: skip
+    rc, stderr, out, paths = _run(
+        loader_bin, ops_library, package, work, extra, weights_manifest=fuzzed
+    )
+    line = _check(rc, stderr, out, {0} | INTEGRITY)
+    if rc == 0:
+        assert _layout(fuzzed) == _layout(base), fuzzed
+    else:
+        assert str(paths["weights_manifest"]) in line or "does not fit the package" in line, line
