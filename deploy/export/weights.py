@@ -50,14 +50,19 @@ def weights_format() -> str:
     return load_contract().weights_format
 
 
-def _dtype_name(dtype: Any, where: str) -> str:
+def _dtype_name(dtype: Any, where: str | None) -> str:
+    """c10's name of a dtype the contract lists. Another dtype raises ExportError naming `where`,
+    or with `where` None is named as torch names it: architecture.json records what a package
+    holds, and only a weights file must be something the loader reads."""
     name = load_contract().input_dtypes.get(str(dtype).removeprefix("torch."))
-    if name is None:
-        raise ExportError(f"{where} has dtype {dtype}, which a weights file cannot hold")
-    return name
+    if name is not None:
+        return name
+    if where is None:
+        return str(dtype)
+    raise ExportError(f"{where} has dtype {dtype}, which a weights file cannot hold")
 
 
-def _tensor_spec(t: Any, where: str) -> dict[str, Any]:
+def _tensor_spec(t: Any, where: str | None) -> dict[str, Any]:
     return {"dtype": _dtype_name(t.dtype, where), "shape": list(t.shape)}
 
 
@@ -206,18 +211,15 @@ def architecture(ep: Any, unconfirmed: str | None = None) -> dict[str, Any]:
             objects.append({"name": name, "class": cls, "state": None, "why": items})
             continue
         state = [
-            {"tensor": _tensor_spec(v, f"custom object {name}, state item {i}")}
-            if isinstance(v, torch.Tensor)
-            else {"value": v}
-            for i, v in enumerate(items)
+            {"tensor": _tensor_spec(v, None)} if isinstance(v, torch.Tensor) else {"value": v}
+            for v in items
         ]
         objects.append({"name": name, "class": cls, "state": state})
     return {
         "format": ARCHITECTURE_FORMAT,
         "graph_sha256": graph_sha256(ep),
         "constants": [
-            {"name": name, **_tensor_spec(t, f"constant {name}")}
-            for name, t in program_constants(ep).items()
+            {"name": name, **_tensor_spec(t, None)} for name, t in program_constants(ep).items()
         ],
         "custom_objects": objects,
     }

@@ -305,3 +305,31 @@ def test_export_refuses_a_base_whose_package_changed(default_package: Path, tmp_
         proc.stderr
     )
     assert not out.exists()
+
+
+def test_a_constant_of_a_dtype_weights_files_cannot_hold(tmp_path: Path) -> None:
+    """architecture.json records it (a full export must not fail for it); a weights file for
+    such a model is refused with one line naming the constant."""
+    import torch
+
+    from deploy.export.errors import ExportError
+    from deploy.export.weights import architecture, write_weights
+
+    class WithComplex(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 4)
+            self.register_buffer("phase", torch.ones(4, dtype=torch.complex64))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.linear(x) * self.phase.real
+
+    ep = torch.export.export(WithComplex(), (torch.ones(2, 4),))
+    recorded = {c["name"]: c["dtype"] for c in architecture(ep)["constants"]}
+    assert recorded == {
+        "linear.weight": "Float",
+        "linear.bias": "Float",
+        "phase": "torch.complex64",
+    }
+    with pytest.raises(ExportError, match="constant phase has dtype torch.complex64"):
+        write_weights(str(tmp_path), ep, {"file": "model.pt2", "sha256": "0" * 64}, None)
