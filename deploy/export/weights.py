@@ -37,7 +37,7 @@ import os
 from typing import Any
 
 from .compile import load_contract
-from .errors import ExportError
+from .errors import ExportError, first_line
 from .manifest import CUSTOM_CLASS_PREFIX, described_package
 
 ARCHITECTURE_FILE = "architecture.json"
@@ -175,11 +175,15 @@ def confirm_object_names(package: str, ep: Any) -> str | None:
     for name, (_, items) in objects.items():
         if isinstance(items, str):
             continue
-        state, _ = loaded[name].__getstate__()
-        same = len(state) == len(items) and all(
-            torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b
-            for a, b in zip(state, items, strict=True)
-        )
+        try:
+            state, _ = loaded[name].__getstate__()
+            same = len(state) == len(items) and all(
+                torch.equal(a, b.to(a.device)) if isinstance(a, torch.Tensor) else a == b
+                for a, b in zip(state, items, strict=True)
+            )
+        except Exception as e:  # noqa: BLE001
+            # Whatever goes wrong here rules out weights files for this model, not its export.
+            return f"cannot compare the package's {name} with the program's ({first_line(e)})"
         if not same:
             return f"the package's {name} does not hold the program's state for it"
     return None
