@@ -211,6 +211,7 @@ StagedWeights stage_weights(torch::inductor::AOTIModelPackageLoader& model,
   // Custom objects: every one the package holds, each tensor of its state carried.
   StagedWeights staged;
   staged.source = file;
+  staged.sha256 = m.blob.sha256;
   auto objects = model.get_custom_objs();
   for (const auto& [name, object] : objects) {
     const bool listed = std::any_of(m.objects.begin(), m.objects.end(),

@@ -58,6 +58,7 @@ struct ObjectUpdate {
 
 struct StagedWeights {
   std::string source;
+  std::string sha256;  // weights.bin's
   std::vector<ObjectUpdate> objects;
 };
 

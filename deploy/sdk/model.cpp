@@ -124,6 +124,8 @@ struct Model::Impl {
   mutable std::mutex turnstile;
   // One update at a time: each stages into the one inactive buffer.
   std::mutex updating;
+  // weights.bin's sha256 of the last update; written with `runs` held alone.
+  std::string weights_sha256;
 };
 
 Model Model::open(const OpenOptions& options) { return load(CheckedPackage::check(options)); }
@@ -229,10 +231,16 @@ void Model::update_weights(const WeightsOptions& options) {
       std::lock_guard hold_new_runs(impl.turnstile);
       std::unique_lock no_runs(impl.runs);
       loader::activate_weights(*impl.runner, staged);
+      impl.weights_sha256 = staged.sha256;
     }
     // No run reads the previous buffer once the swap is done.
     loader::release_previous_weights(*impl.runner);
   });
+}
+
+std::string Model::weights_sha256() const {
+  std::shared_lock reading(impl_->runs);
+  return impl_->weights_sha256;
 }
 
 const Metadata& Model::metadata() const { return impl_->metadata; }

@@ -328,6 +328,7 @@ bool same_bits(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
 
 TEST_F(ModelTest, NewWeightsGiveTheRetrainedModelsOutputs) {
   Model model = Model::open(default_options());
+  EXPECT_EQ(model.weights_sha256(), "");
   const auto inputs = read(retrained("sample_input.pt"));
   const auto before = model.run(inputs);
   model.update_weights(weights_at(retrained("weights.bin")));
@@ -339,9 +340,14 @@ TEST_F(ModelTest, NewWeightsGiveTheRetrainedModelsOutputs) {
     EXPECT_TRUE(at::allclose(after[i], eager[i], 1e-4, 1e-4)) << "output " << i;
   }
   EXPECT_FALSE(same_bits(before, after)) << "the weights changed nothing";
+  const auto manifest_sha = [](const std::string& path) {
+    return nlohmann::json::parse(read_text(path))["blob"]["sha256"].get<std::string>();
+  };
+  EXPECT_EQ(model.weights_sha256(), manifest_sha(retrained("weights.json")));
   // And back: the package's own weights as a weights file give its own outputs, bit for bit.
   model.update_weights(weights_at(original("weights.bin")));
   expect_same_bits(model.run(inputs), before);
+  EXPECT_EQ(model.weights_sha256(), manifest_sha(original("weights.json")));
 }
 
 TEST_F(ModelTest, FourThreadsRunWhileTheWeightsAreSwappedTwentyTimes) {
@@ -411,6 +417,7 @@ TEST_F(ModelTest, WeightsThatDoNotCheckOutLeaveTheModelAsItWas) {
             my_ops::deploy::kIntegrity);
   EXPECT_EQ(error_of([&] { model.update_weights(weights_at("")); }).code(), my_ops::deploy::kUsage);
   expect_same_bits(model.run(inputs), want);
+  EXPECT_EQ(model.weights_sha256(), "");
 }
 
 }  // namespace

@@ -159,6 +159,10 @@ class Model {
   // buffer, so that for the length of the call the model holds its weights twice.
   void update_weights(const WeightsOptions& weights);
 
+  // The sha256 of the weights file the model runs with, as its manifest records it; "" while it
+  // runs with the weights its package was exported with. Safe during runs and updates.
+  std::string weights_sha256() const;
+
   const Metadata& metadata() const;
 
   struct Impl;
