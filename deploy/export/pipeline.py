@@ -177,7 +177,11 @@ def _export(
                 ) from e
 
         if base is not None:
-            _write_weights_export(spec, module, ep, base, stage, opts.device, signing_key)
+            held: list[str] = []
+            with _stage("weights", times, lambda: held[0]):
+                held.append(
+                    _write_weights_export(spec, module, ep, base, stage, opts.device, signing_key)
+                )
             publish(stage, opts.out, work)
             published = True
             return times
@@ -261,8 +265,10 @@ def _write_weights_export(
     stage: str,
     device: str,
     signing_key: Any,
-) -> None:
-    """--weights-only: the weights file, and a sample with this model's eager outputs."""
+) -> str:
+    """--weights-only: the weights file, and a sample with this model's eager outputs.
+
+    Returns what the weights file holds, for the stage's line."""
     import torch
 
     package, base_architecture = base
@@ -280,10 +286,9 @@ def _write_weights_export(
         expected = to_device(as_tuple(module(*sample)), "cpu")
     torch.save(to_device(sample, "cpu"), os.path.join(stage, "sample_input.pt"))
     torch.save(expected, os.path.join(stage, "expected_output.pt"))
-    print(
-        f"weights: {len(mine['constants'])} constants, {len(mine['custom_objects'])} custom "
-        f"objects, for package {package['sha256'][:16]}...",
-        flush=True,
+    return (
+        f"{len(mine['constants'])} constants and {len(mine['custom_objects'])} custom objects "
+        f"for package {package['sha256'][:16]}..."
     )
 
 
