@@ -241,26 +241,33 @@ def _describe(entry: dict[str, Any]) -> str:
     return f"{entry['dtype']} {entry['shape']}"
 
 
+def _paired(
+    kind: str, base: list[dict[str, Any]], new: list[dict[str, Any]]
+) -> tuple[str | None, list[tuple[str, dict[str, Any], dict[str, Any]]]]:
+    """(why not, []) when a name is on one side only; else (None, [(name, base's, new's)])."""
+    base_by_name = {e["name"]: e for e in base}
+    new_by_name = {e["name"]: e for e in new}
+    one_side = sorted(base_by_name.keys() ^ new_by_name.keys())
+    if one_side:
+        name = one_side[0]
+        if name in base_by_name:
+            return f"{kind} {name} of the base is not in this model", []
+        return f"{kind} {name} of this model is not in the base", []
+    return None, [(name, base_by_name[name], new_by_name[name]) for name in sorted(base_by_name)]
+
+
 def first_difference(base: dict[str, Any], new: dict[str, Any]) -> str | None:
     """The first way `new` (this model's architecture) differs from `base`, as a phrase; or None."""
-    base_constants = {c["name"]: c for c in base["constants"]}
-    new_constants = {c["name"]: c for c in new["constants"]}
-    for name in sorted(base_constants.keys() | new_constants.keys()):
-        b, n = base_constants.get(name), new_constants.get(name)
-        if n is None:
-            return f"constant {name} of the base is not in this model"
-        if b is None:
-            return f"constant {name} of this model is not in the base"
+    missing, constants = _paired("constant", base["constants"], new["constants"])
+    if missing:
+        return missing
+    for name, b, n in constants:
         if b["dtype"] != n["dtype"] or b["shape"] != n["shape"]:
             return f"constant {name} is {_describe(n)} here, {_describe(b)} in the base"
-    base_objects = {o["name"]: o for o in base["custom_objects"]}
-    new_objects = {o["name"]: o for o in new["custom_objects"]}
-    for name in sorted(base_objects.keys() | new_objects.keys()):
-        b, n = base_objects.get(name), new_objects.get(name)
-        if n is None:
-            return f"custom object {name} of the base is not in this model"
-        if b is None:
-            return f"custom object {name} of this model is not in the base"
+    missing, objects = _paired("custom object", base["custom_objects"], new["custom_objects"])
+    if missing:
+        return missing
+    for name, b, n in objects:
         if b["class"] != n["class"]:
             return f"custom object {name} is a {n['class']} here, a {b['class']} in the base"
         if b["state"] is None or n["state"] is None:
