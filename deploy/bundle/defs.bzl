@@ -18,6 +18,21 @@ def _declare_in_folder(ctx, names):
     """The outputs <target name>/<name>: one folder per package-like target."""
     return [ctx.actions.declare_file("{}/{}".format(ctx.label.name, name)) for name in names]
 
+def _run_exporter(ctx, args, inputs, outs, **kwargs):
+    """Runs ctx.executable.exporter with `args`, plus --signing-key when the rule has one."""
+    inputs = list(inputs)
+    if ctx.file.signing_key:
+        args.add("--signing-key", ctx.file.signing_key)
+        inputs.append(ctx.file.signing_key)
+    ctx.actions.run(
+        executable = ctx.executable.exporter,
+        arguments = [args],
+        inputs = inputs,
+        outputs = outs,
+        env = ASAN_PRELOAD_ENV if ctx.attr._asan[BuildSettingInfo].value else {},
+        **kwargs
+    )
+
 def _export_package_impl(ctx):
     names = list(EXPORT_FILES)
     if ctx.file.signing_key:
@@ -30,20 +45,15 @@ def _export_package_impl(ctx):
     # sandbox would make the action depend on what earlier builds left.
     args.add("--no-cache")
     args.add_all(ctx.attr.export_args)
-    inputs = []
-    if ctx.file.signing_key:
-        args.add("--signing-key", ctx.file.signing_key)
-        inputs.append(ctx.file.signing_key)
-    ctx.actions.run(
-        executable = ctx.executable.exporter,
-        arguments = [args],
-        inputs = inputs,
-        outputs = outs,
+    _run_exporter(
+        ctx,
+        args,
+        [],
+        outs,
         mnemonic = "AotiExport",
         progress_message = "Exporting %{label} to an AOTInductor package",
         # The compiler driver Inductor runs finds as and ld on PATH.
         use_default_shell_env = True,
-        env = ASAN_PRELOAD_ENV if ctx.attr._asan[BuildSettingInfo].value else {},
     )
     return [DefaultInfo(files = depset(outs))]
 
@@ -83,18 +93,13 @@ def _export_weights_impl(ctx):
     args.add("--base", base[0].dirname)
     args.add("--model", ctx.attr.model)
     args.add("--out", outs[0].dirname)
-    inputs = list(ctx.files.base)
-    if ctx.file.signing_key:
-        args.add("--signing-key", ctx.file.signing_key)
-        inputs.append(ctx.file.signing_key)
-    ctx.actions.run(
-        executable = ctx.executable.exporter,
-        arguments = [args],
-        inputs = inputs,
-        outputs = outs,
+    _run_exporter(
+        ctx,
+        args,
+        ctx.files.base,
+        outs,
         mnemonic = "AotiExportWeights",
         progress_message = "Exporting %{label}'s weights file for " + str(ctx.attr.base.label),
-        env = ASAN_PRELOAD_ENV if ctx.attr._asan[BuildSettingInfo].value else {},
     )
     return [DefaultInfo(files = depset(outs))]
 
