@@ -29,6 +29,7 @@
 #include "deploy/loader/failure.h"
 #include "deploy/loader/file_io.h"
 #include "deploy/loader/tensor_io.h"
+#include "deploy/loader/tests/fuzz_driver.h"
 #include "deploy/loader/zip_directory.h"
 
 namespace {
@@ -245,13 +246,7 @@ std::vector<Bytes> seeds() {
   return out;
 }
 
-long flag(int argc, char** argv, const std::string& name, long fallback) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind(name + "=", 0) == 0) return std::strtol(a.c_str() + name.size() + 1, nullptr, 10);
-  }
-  return fallback;
-}
+using my_ops::loader::fuzzing::flag;
 
 }  // namespace
 

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "deploy/loader/tests/fuzz_driver.h"
 #include "deploy/loader/weights_manifest.h"
 
 namespace {
@@ -201,13 +202,7 @@ class Mutator {
   std::mt19937_64 rng_;
 };
 
-long flag(int argc, char** argv, const std::string& name, long fallback) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a.rfind(name + "=", 0) == 0) return std::strtol(a.c_str() + name.size() + 1, nullptr, 10);
-  }
-  return fallback;
-}
+using my_ops::loader::fuzzing::flag;
 
 }  // namespace
 
