@@ -17,7 +17,6 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -265,13 +264,10 @@ int main(int argc, char** argv) {
     }
   }
   Mutator mutator(seed);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  long inputs = 0;
-  while (inputs < max_inputs && std::chrono::steady_clock::now() < end) {
-    const Bytes file = mutator.mutate(corpus[static_cast<size_t>(inputs) % corpus.size()]);
+  const long inputs = my_ops::loader::fuzzing::run_inputs(seconds, max_inputs, [&](long i) {
+    const Bytes file = mutator.mutate(corpus[static_cast<size_t>(i) % corpus.size()]);
     LLVMFuzzerTestOneInput(file.data(), file.size());
-    ++inputs;
-  }
+  });
   ::unlink(scratch_path().c_str());
   std::printf("tensor_reader_fuzz: %ld inputs in at most %ld s (seed %lu), no defect found\n",
               inputs, seconds, static_cast<unsigned long>(seed));

@@ -11,7 +11,6 @@
 // match their shapes.
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -219,13 +218,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   Mutator mutator(seed_value);
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  long inputs = 0;
-  while (inputs < max_inputs && std::chrono::steady_clock::now() < end) {
+  const long inputs = my_ops::loader::fuzzing::run_inputs(seconds, max_inputs, [&](long) {
     const std::string text = mutator.mutate(corpus);
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(text.data()), text.size());
-    ++inputs;
-  }
+  });
   std::printf(
       "weights_manifest_fuzz: %ld inputs (%ld accepted) in at most %ld s (seed %lu), no defect "
       "found\n",
