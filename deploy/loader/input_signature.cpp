@@ -4,18 +4,16 @@
 #include <initializer_list>
 #include <iterator>
 #include <limits>
-#include <nlohmann/json.hpp>
+
+#include "deploy/loader/json_fields.h"
 
 namespace my_ops::loader {
 namespace {
 
-using Json = nlohmann::json;
-
 // A signature is four levels deep: [ {"sizes": [ {"min": ...} ] } ]. Copying or destroying a
-// parsed value recurses once per level, so deeper text is refused while it is parsed.
-constexpr int kMaxDepth = 4;
-
-struct TooDeep {};
+// parsed value recurses once per level, so deeper text is refused while it is parsed; and a model
+// has a few inputs of a few dims each, so 2^16 values are far more than any signature holds.
+constexpr JsonLimits kSignatureJsonLimits{4, 1 << 16};
 
 // A JSON integer that fits int64_t and is >= 0 (a bool is not an integer here).
 std::optional<int64_t> size_value(const Json& v) {
@@ -71,18 +69,10 @@ std::optional<InputSpec> parse_input(const Json& item) {
 }  // namespace
 
 std::optional<std::vector<InputSpec>> parse_input_signature(const std::string& text) {
-  // nlohmann takes a NUL as the end of the input, which would accept any bytes after one; JSON
-  // text can hold none.
-  if (text.find('\0') != std::string::npos) return std::nullopt;
   Json root;
   try {
-    root = Json::parse(text.begin(), text.end(), [](int depth, Json::parse_event_t, Json&) {
-      if (depth > kMaxDepth) throw TooDeep{};
-      return true;
-    });
-  } catch (const Json::exception&) {
-    return std::nullopt;
-  } catch (const TooDeep&) {
+    root = parse_strict_json(text, kSignatureJsonLimits);
+  } catch (const ManifestError&) {
     return std::nullopt;
   }
   if (!root.is_array()) return std::nullopt;

@@ -10,6 +10,8 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -96,12 +98,6 @@ class BlobReader {
   crypto_hash_sha256_state hash_;
 };
 
-at::Tensor read_tensor(BlobReader& reader, const WeightsTensor& t) {
-  at::Tensor out = at::empty(t.shape, at::TensorOptions().dtype(scalar_type(t.dtype)));
-  reader.read_to(t.offset, out.data_ptr(), t.nbytes);
-  return out;
-}
-
 std::string class_name(const c10::IValue& object) {
   const auto type = object.toObject()->type();
   std::string name = type->name() ? type->name()->qualifiedName() : "";
@@ -118,34 +114,138 @@ c10::IValue call_method(const c10::IValue& object, const char* method,
   return fn(std::move(args));
 }
 
-}  // namespace
-
-LoadedWeights read_weights(const WeightsCheck& check, const std::string& package_sha256) {
-  LoadedWeights out;
-  out.source = check.weights;
-  out.manifest_path =
-      check.manifest.empty() ? dir_name(check.weights) + "/weights.json" : check.manifest;
-  const std::string& path = out.manifest_path;
+// The manifest, its signature checked before a byte of it is parsed (the signature covers its
+// exact bytes), naming the loaded package.
+WeightsManifest read_manifest(const WeightsCheck& check, const std::string& path,
+                              const std::string& package_sha256) {
   const std::optional<std::string> text =
       read_small(path, kWeightsManifestRole, kMaxWeightsManifestBytes);
   if (!text) fail(kIntegrity, "weights manifest not found: " + path);
-  // The signature covers the manifest's exact bytes, so it is checked before any are parsed.
   if (!check.public_key.empty()) check_signature(*text, "weights manifest", path, check.public_key);
+  WeightsManifest m;
   try {
-    out.manifest = parse_weights_manifest(*text);
+    m = parse_weights_manifest(*text);
   } catch (const ManifestError& e) {
     fail(kIntegrity, "weights manifest " + path + " is malformed: " + e.what());
   }
-  const WeightsManifest& m = out.manifest;
   if (m.package.sha256 != package_sha256) {
     fail(kIntegrity, "weights manifest " + path + " is for another package: sha256 " +
                          m.package.sha256 + ", the loaded package's is " + package_sha256);
   }
+  return m;
+}
 
-  UniqueFd fd = open_regular_file(check.weights, kWeightsRole);
+// A custom object of the model and what the weights file replaces in its state.
+struct ObjectPlan {
+  std::string name;
+  c10::IValue object;
+  c10::IValue old_state;
+  std::vector<c10::IValue> items;     // its state's items, to take the new tensors
+  std::vector<at::Tensor> new_items;  // as the manifest's object.tensors
+};
+
+// Every tensor of the manifest against what the model holds there (name, dtype, shape), and
+// every one the model holds against the manifest, before anything is allocated: what is read
+// afterwards has the model's own sizes, whatever the manifest claims.
+class Fit {
+ public:
+  Fit(torch::inductor::AOTIModelPackageLoader& model, const WeightsManifest& m,
+      const std::string& file)
+      : file_(file) {
+    check_constants(model, m);
+    check_objects(model, m);
+  }
+
+  std::vector<ObjectPlan>& objects() { return objects_; }
+
+ private:
+  [[noreturn]] void refuse(const std::string& why) const {
+    fail(kIntegrity, "weights file " + file_ + " does not fit the package: " + why);
+  }
+
+  void check_tensor(const std::string& what, const WeightsTensor& t, const at::Tensor& have) const {
+    if (c10::toString(have.scalar_type()) != t.dtype || !have.sizes().equals(t.shape)) {
+      refuse(what + " is " + describe(t.dtype, t.shape) + " in the weights file, " +
+             describe(c10::toString(have.scalar_type()), have.sizes()) + " in the package");
+    }
+  }
+
+  // The same names, dtypes and shapes as the model's own, or the copy into its buffer would put
+  // bytes where the model's code does not expect them.
+  void check_constants(torch::inductor::AOTIModelPackageLoader& model, const WeightsManifest& m) {
+    const auto current = model.get_runner()->extract_constants_map(/*use_inactive=*/false);
+    std::unordered_set<std::string> listed;
+    for (const auto& c : m.constants) listed.insert(c.name);
+    for (const auto& [name, tensor] : current) {
+      if (!listed.count(name)) refuse("it lacks the package's constant " + name);
+    }
+    for (const auto& c : m.constants) {
+      auto it = current.find(c.name);
+      if (it == current.end()) refuse("the package has no constant " + c.name);
+      check_tensor("constant " + c.name, c.tensor, it->second);
+      if (!it->second.is_contiguous()) {
+        refuse("the package's constant " + c.name + " is not contiguous, and weights files are");
+      }
+    }
+  }
+
+  // Every custom object the package holds, each tensor of its state carried.
+  void check_objects(torch::inductor::AOTIModelPackageLoader& model, const WeightsManifest& m) {
+    auto objects = model.get_custom_objs();
+    std::unordered_set<std::string> listed;
+    for (const auto& o : m.objects) listed.insert(o.name);
+    for (const auto& [name, object] : objects) {
+      if (!listed.count(name)) refuse("it lacks the package's custom object " + name);
+    }
+    for (const WeightsObject& o : m.objects) {
+      auto it = objects.find(o.name);
+      if (it == objects.end()) refuse("the package has no custom object " + o.name);
+      const c10::IValue& object = it->second;
+      if (!object.isObject() || class_name(object) != o.class_name) {
+        refuse("custom object " + o.name + " is a " + o.class_name +
+               " in the weights file, not in the package");
+      }
+      ObjectPlan plan{o.name, object, {}, {}, {}};
+      try {
+        plan.old_state = call_method(object, "__getstate__", {});
+      } catch (const std::exception& e) {
+        refuse("custom object " + o.name + " has no state to replace: " + error_text(e));
+      }
+      if (!plan.old_state.isTuple()) refuse("custom object " + o.name + "'s state is not a tuple");
+      plan.items = plan.old_state.toTupleRef().elements().vec();
+      std::vector<bool> carried(plan.items.size(), false);
+      for (const WeightsStateTensor& t : o.tensors) {
+        const std::string where =
+            "custom object " + o.name + " state item " + std::to_string(t.index);
+        if (t.index >= plan.items.size() || !plan.items[t.index].isTensor()) {
+          refuse(where + " is not a tensor in the package");
+        }
+        check_tensor(where, t.tensor, plan.items[t.index].toTensor());
+        carried[t.index] = true;
+      }
+      for (size_t k = 0; k < plan.items.size(); ++k) {
+        if (!carried[k] && plan.items[k].isTensor()) {
+          refuse("custom object " + o.name + " state item " + std::to_string(k) +
+                 " is a tensor the weights file does not carry");
+        }
+      }
+      objects_.push_back(std::move(plan));
+    }
+  }
+
+  const std::string& file_;
+  std::vector<ObjectPlan> objects_;
+};
+
+// weights.bin, opened once, its size checked, then read in one pass into fresh tensors (of the
+// sizes Fit checked) while hashed; nothing of it is used unless the sha256 is the manifest's.
+void read_blob(const std::string& file, const std::string& manifest_path, const WeightsManifest& m,
+               std::unordered_map<std::string, at::Tensor>& constants,
+               std::vector<ObjectPlan>& objects) {
+  UniqueFd fd = open_regular_file(file, kWeightsRole);
   struct stat st{};
   if (::fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != m.blob_size) {
-    fail(kIntegrity, "weights file " + check.weights + " does not match weights manifest " + path +
+    fail(kIntegrity, "weights file " + file + " does not match weights manifest " + manifest_path +
                          ": " + std::to_string(st.st_size) + " bytes, the manifest says " +
                          std::to_string(m.blob_size));
   }
@@ -155,118 +255,59 @@ LoadedWeights read_weights(const WeightsCheck& check, const std::string& package
     at::Tensor* out;
   };
   std::vector<Slot> slots;
-  for (const auto& c : m.constants) slots.push_back({&c.tensor, &out.constants[c.name]});
-  out.object_tensors.resize(m.objects.size());
+  for (const auto& c : m.constants) slots.push_back({&c.tensor, &constants[c.name]});
   for (size_t i = 0; i < m.objects.size(); ++i) {
-    out.object_tensors[i].resize(m.objects[i].tensors.size());
+    objects[i].new_items.resize(m.objects[i].tensors.size());
     for (size_t j = 0; j < m.objects[i].tensors.size(); ++j) {
-      slots.push_back({&m.objects[i].tensors[j].tensor, &out.object_tensors[i][j]});
+      slots.push_back({&m.objects[i].tensors[j].tensor, &objects[i].new_items[j]});
     }
   }
   std::sort(slots.begin(), slots.end(),
             [](const Slot& a, const Slot& b) { return a.tensor->offset < b.tensor->offset; });
-  BlobReader reader(fd.get(), check.weights);
+  BlobReader reader(fd.get(), file);
   try {
-    for (const Slot& s : slots) *s.out = read_tensor(reader, *s.tensor);
+    for (const Slot& s : slots) {
+      *s.out = at::empty(s.tensor->shape, at::TensorOptions().dtype(scalar_type(s.tensor->dtype)));
+      reader.read_to(s.tensor->offset, s.out->data_ptr(), s.tensor->nbytes);
+    }
   } catch (const c10::Error& e) {
-    fail(kOther, "cannot hold the tensors of weights file " + check.weights + ": " + error_text(e));
+    fail(kOther, "cannot hold the tensors of weights file " + file + ": " + error_text(e));
   }
   const std::string sha256 = reader.finish(m.blob_size);
   if (sha256 != m.blob.sha256) {
-    fail(kIntegrity, "weights file " + check.weights + " does not match weights manifest " + path +
+    fail(kIntegrity, "weights file " + file + " does not match weights manifest " + manifest_path +
                          ": sha256 " + sha256 + ", manifest has " + m.blob.sha256);
   }
-  return out;
 }
 
+}  // namespace
+
 StagedWeights stage_weights(torch::inductor::AOTIModelPackageLoader& model,
-                            LoadedWeights&& weights) {
-  const std::string& file = weights.source;
-  auto refuse = [&](const std::string& why) {
-    fail(kIntegrity, "weights file " + file + " does not fit the package: " + why);
-  };
-  const WeightsManifest& m = weights.manifest;
+                            const WeightsCheck& check, const std::string& package_sha256) {
+  const std::string& file = check.weights;
+  const std::string manifest_path =
+      check.manifest.empty() ? dir_name(file) + "/weights.json" : check.manifest;
+  const WeightsManifest m = read_manifest(check, manifest_path, package_sha256);
+  Fit fit(model, m, file);
+  std::unordered_map<std::string, at::Tensor> constants;
+  read_blob(file, manifest_path, m, constants, fit.objects());
 
-  // Constants: the same names, dtypes and shapes as the model's own, or the copy below would put
-  // bytes where the model's code does not expect them.
-  const auto current = model.get_runner()->extract_constants_map(/*use_inactive=*/false);
-  for (const auto& [name, tensor] : current) {
-    if (!weights.constants.count(name)) refuse("it lacks the package's constant " + name);
-  }
-  for (const auto& c : m.constants) {
-    auto it = current.find(c.name);
-    if (it == current.end()) refuse("the package has no constant " + c.name);
-    const at::Tensor& have = it->second;
-    const std::string want = describe(c.tensor.dtype, c.tensor.shape);
-    if (c10::toString(have.scalar_type()) != c.tensor.dtype ||
-        !have.sizes().equals(c.tensor.shape)) {
-      refuse("constant " + c.name + " is " + want + " in the weights file, " +
-             describe(c10::toString(have.scalar_type()), have.sizes()) + " in the package");
-    }
-    if (!have.is_contiguous()) {
-      refuse("the package's constant " + c.name + " is not contiguous, and weights files are");
-    }
-  }
-
-  // Custom objects: every one the package holds, each tensor of its state carried.
   StagedWeights staged;
   staged.source = file;
   staged.sha256 = m.blob.sha256;
-  auto objects = model.get_custom_objs();
-  for (const auto& [name, object] : objects) {
-    const bool listed = std::any_of(m.objects.begin(), m.objects.end(),
-                                    [&](const WeightsObject& o) { return o.name == name; });
-    if (!listed) refuse("it lacks the package's custom object " + name);
-  }
   for (size_t i = 0; i < m.objects.size(); ++i) {
-    const WeightsObject& o = m.objects[i];
-    auto it = objects.find(o.name);
-    if (it == objects.end()) refuse("the package has no custom object " + o.name);
-    const c10::IValue& object = it->second;
-    if (!object.isObject() || class_name(object) != o.class_name) {
-      refuse("custom object " + o.name + " is a " + o.class_name +
-             " in the weights file, not in "
-             "the package");
+    ObjectPlan& plan = fit.objects()[i];
+    for (size_t j = 0; j < m.objects[i].tensors.size(); ++j) {
+      c10::IValue& item = plan.items[m.objects[i].tensors[j].index];
+      item = plan.new_items[j].to(item.toTensor().device());
     }
-    c10::IValue state;
-    try {
-      state = call_method(object, "__getstate__", {});
-    } catch (const std::exception& e) {
-      refuse("custom object " + o.name + " has no state to replace: " + error_text(e));
-    }
-    if (!state.isTuple()) refuse("custom object " + o.name + "'s state is not a tuple");
-    std::vector<c10::IValue> items = state.toTupleRef().elements().vec();
-    std::vector<bool> carried(items.size(), false);
-    for (size_t j = 0; j < o.tensors.size(); ++j) {
-      const WeightsStateTensor& t = o.tensors[j];
-      const std::string where =
-          "custom object " + o.name + " state item " + std::to_string(t.index);
-      if (t.index >= items.size() || !items[t.index].isTensor()) {
-        refuse(where + " is not a tensor in the package");
-      }
-      const at::Tensor have = items[t.index].toTensor();
-      if (c10::toString(have.scalar_type()) != t.tensor.dtype ||
-          !have.sizes().equals(t.tensor.shape)) {
-        refuse(where + " is " + describe(t.tensor.dtype, t.tensor.shape) +
-               " in the weights file, " +
-               describe(c10::toString(have.scalar_type()), have.sizes()) + " in the package");
-      }
-      items[t.index] = weights.object_tensors[i][j].to(have.device());
-      carried[t.index] = true;
-    }
-    for (size_t k = 0; k < items.size(); ++k) {
-      if (!carried[k] && items[k].isTensor()) {
-        refuse("custom object " + o.name + " state item " + std::to_string(k) +
-               " is a tensor the weights file does not carry");
-      }
-    }
-    staged.objects.push_back({o.name, object, c10::ivalue::Tuple::create(std::move(items)), state});
+    staged.objects.push_back({plan.name, plan.object,
+                              c10::ivalue::Tuple::create(std::move(plan.items)), plan.old_state});
   }
-
   try {
     // Into the inactive buffer: runs keep reading the active one. A CUDA package's constants are
     // copied to its device on the way.
-    model.load_constants(weights.constants, /*use_inactive=*/true, /*check_full_update=*/true,
+    model.load_constants(constants, /*use_inactive=*/true, /*check_full_update=*/true,
                          /*user_managed=*/false, /*allow_h2d_copy=*/true);
   } catch (const std::exception& e) {
     fail(kOther, "cannot load weights file " + file + ": " + error_text(e));

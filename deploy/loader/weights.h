@@ -1,26 +1,27 @@
 #pragma once
 
 // New weights for a loaded package: a weights file (weights.bin) and its manifest (weights.json),
-// checked, read and swapped in, in three steps, so that a program serving runs can keep them out
+// checked, read and swapped in, in two steps, so that a program serving runs can keep them out
 // of only the last one.
 //
-//   read_weights      the manifest (its signature first, with a public key), the package it names
-//                     (the one loaded), weights.bin read once through one descriptor into fresh
-//                     tensors while hashed, the hash against the manifest's;
-//   stage_weights     every constant and custom-object tensor checked against what the model
-//                     holds (names, dtypes, shapes: weights.bin's bytes go where the model's were),
-//                     the constants copied into AOTInductor's inactive constant buffer, which no
-//                     run reads, and each object's new state built;
+//   stage_weights     the manifest (its signature first, with a public key) and the package it
+//                     names (the one loaded); every constant and custom-object tensor it lists
+//                     against what the model holds (names, dtypes, shapes: weights.bin's bytes go
+//                     where the model's were), before anything is allocated; weights.bin read
+//                     once, through one descriptor, into fresh tensors of the model's sizes while
+//                     hashed, and the hash against the manifest's; then the constants copied into
+//                     AOTInductor's inactive constant buffer, which no run reads, and each
+//                     object's new state built;
 //   activate_weights  the objects' states set and the buffers swapped: from then on every run uses
 //                     the new set. The caller makes sure that no run is in progress.
-// Every failure before activate_weights leaves the model as it was.
+// Every failure before activate_weights leaves the model as it was. A refused weights file costs
+// no memory beyond the manifest's text and parse: nothing is allocated from its claims.
 
 #include <ATen/Tensor.h>
 #include <ATen/core/ivalue.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "deploy/loader/weights_manifest.h"
@@ -33,20 +34,6 @@ struct WeightsCheck {
   std::string manifest;    // "": weights.json beside `weights`
   std::string public_key;  // "": no signature needed
 };
-
-// A weights file that matched its manifest, read into tensors (on the CPU).
-struct LoadedWeights {
-  std::string source;         // the weights file as named, for messages
-  std::string manifest_path;  // its manifest
-  WeightsManifest manifest;
-  std::unordered_map<std::string, at::Tensor> constants;  // by name
-  std::vector<std::vector<at::Tensor>> object_tensors;    // as manifest.objects[i].tensors
-};
-
-// Fails with kIntegrity, naming the file at fault: missing or unreadable files, a signature that
-// does not verify, a malformed manifest, weights for another package than the one whose sha256
-// is `package_sha256`, a weights file whose size or sha256 is not the manifest's.
-LoadedWeights read_weights(const WeightsCheck& check, const std::string& package_sha256);
 
 // A custom object and the state it takes on activation.
 struct ObjectUpdate {
@@ -62,11 +49,13 @@ struct StagedWeights {
   std::vector<ObjectUpdate> objects;
 };
 
-// Fails with kIntegrity when the weights do not fit the model (a constant or object missing on
-// either side, another dtype or shape, a state tensor the file does not carry: any of which would
-// mix old and new weights), else with kOther.
+// Fails with kIntegrity, naming the file at fault: missing or unreadable files, a signature that
+// does not verify, a malformed manifest, weights for another package than the one whose sha256
+// is `package_sha256`, weights that do not fit the model (a constant or object missing on either
+// side, another dtype or shape, a state tensor the file does not carry: any of which would mix old
+// and new weights), a weights file whose size or sha256 is not the manifest's; else with kOther.
 StagedWeights stage_weights(torch::inductor::AOTIModelPackageLoader& model,
-                            LoadedWeights&& weights);
+                            const WeightsCheck& check, const std::string& package_sha256);
 
 // Fails with kIntegrity when an object refuses its new state (its class's own checks); the
 // model is then as it was.

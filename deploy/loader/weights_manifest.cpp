@@ -49,15 +49,20 @@ WeightsTensor tensor_members(const Json& entry, const std::string& ctx, uint64_t
   t.dtype = string_member(entry, "dtype", ctx);
   const size_t element = weights_element_size(t.dtype);
   if (element == 0) throw ManifestError(ctx + "unknown dtype " + single_quoted(t.dtype));
+  // Bytes, and the bytes of the shape with every 0 taken as 1: c10 computes a contiguous tensor's
+  // strides that way, so a shape of no bytes can overflow them too. Both must fit an int64_t.
   uint64_t nbytes = element;
+  uint64_t stride_bytes = element;
   for (const auto& dim : array_member(entry, "shape", kMaxWeightsRank, ctx)) {
     if (!dim.is_number_unsigned()) {
       throw ManifestError(ctx + "'shape' must hold non-negative integers");
     }
     const uint64_t d = dim.get<uint64_t>();
-    if (d > uint64_t{INT64_MAX} || __builtin_mul_overflow(nbytes, d, &nbytes)) {
+    if (__builtin_mul_overflow(stride_bytes, std::max<uint64_t>(d, 1), &stride_bytes) ||
+        stride_bytes > uint64_t{INT64_MAX}) {
       throw ManifestError(ctx + "'shape' is larger than any file");
     }
+    nbytes *= d;  // at most stride_bytes
     t.shape.push_back(static_cast<int64_t>(d));
   }
   t.nbytes = nbytes;

@@ -20,11 +20,14 @@ namespace my_ops::loader {
 using contract::kWeightsAlignment;
 using contract::kWeightsFormat;
 
-// A model's constants are a few hundred entries of a few values each; the caps sit far above any
-// real model's and keep a hostile file's parse cheap.
-constexpr size_t kMaxWeightsManifestBytes = size_t{64} << 20;
-constexpr JsonLimits kWeightsJsonLimits{8, 1 << 22};
-constexpr size_t kMaxWeightsTensors = size_t{1} << 18;
+// A model's constants are a few hundred entries of about ten values and a hundred bytes each (a
+// 30-layer LLM: 273 of them, 33 KB). The caps sit far above that (2^15 entries of 16 values and
+// 512 bytes on average) and keep what a hostile file costs small: its read well under a second,
+// and its parsed values (2^19 "{}," in 1.5 MB, about 35 MB once parsed; or 16 MiB of names)
+// within a tenth of the loader's memory.
+constexpr size_t kMaxWeightsManifestBytes = size_t{16} << 20;
+constexpr JsonLimits kWeightsJsonLimits{8, 1 << 19};
+constexpr size_t kMaxWeightsTensors = size_t{1} << 15;
 constexpr size_t kMaxWeightsRank = 16;
 constexpr size_t kMaxWeightsNameBytes = 4096;
 constexpr size_t kMaxStateItems = 256;

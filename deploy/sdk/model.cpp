@@ -224,9 +224,8 @@ void Model::update_weights(const WeightsOptions& options) {
     std::lock_guard one_update(impl.updating);
     const std::string& key =
         options.public_key.empty() ? impl.package->options.public_key : options.public_key;
-    loader::LoadedWeights weights = loader::read_weights({options.weights, options.manifest, key},
-                                                         impl.package->package.sha256);
-    const loader::StagedWeights staged = loader::stage_weights(*impl.runner, std::move(weights));
+    const loader::StagedWeights staged = loader::stage_weights(
+        *impl.runner, {options.weights, options.manifest, key}, impl.package->package.sha256);
     {
       std::lock_guard hold_new_runs(impl.turnstile);
       std::unique_lock no_runs(impl.runs);

@@ -48,13 +48,20 @@ def test_sdk_layout(sdk: Path):
 # How the SDK's config finds LibTorch: by itself (the default, which needs no CUDA toolkit, so
 # CUDA's find modules are turned off to prove it), or through Torch's own CMake package, told
 # to skip its CUDA search (this machine has no CUDA toolkit a CPU-only user would have).
+# A third way is the one LibTorch's own instructions give: the SDK and
+# torch.utils.cmake_prefix_path (torch's share/cmake) on CMAKE_PREFIX_PATH, found by the SDK's own
+# search. Each case's flags come after -DCMAKE_PREFIX_PATH=<sdk>, so its own setting wins.
+NO_CUDA_SEARCH = [
+    "-DCMAKE_DISABLE_FIND_PACKAGE_CUDA=ON",
+    "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",
+]
 LIBTORCH_CASES = {
-    "own_search": lambda torch: [
-        f"-DMY_OPS_LIBTORCH_DIR={torch}",
-        "-DCMAKE_DISABLE_FIND_PACKAGE_CUDA=ON",
-        "-DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=ON",
+    "own_search": lambda sdk, torch: [f"-DMY_OPS_LIBTORCH_DIR={torch}", *NO_CUDA_SEARCH],
+    "prefix_path": lambda sdk, torch: [
+        f"-DCMAKE_PREFIX_PATH={sdk};{torch / 'share' / 'cmake'}",
+        *NO_CUDA_SEARCH,
     ],
-    "torch_config": lambda torch: [
+    "torch_config": lambda sdk, torch: [
         "-DMY_OPS_USE_TORCH_CONFIG=ON",
         "-DMY_OPS_TORCH_CONFIG_WITHOUT_CUDA=ON",
         f"-DTorch_DIR={torch / 'share/cmake/Torch'}",
@@ -68,7 +75,7 @@ def test_example_builds_with_cmake_and_runs_the_package(
 ):
     example = sdk_archive.build_example(
         sdk, tmp_path / "build", f"-DCMAKE_PREFIX_PATH={sdk}", "-DCMAKE_CXX_COMPILER=g++",
-        *LIBTORCH_CASES[how](libtorch),
+        *LIBTORCH_CASES[how](sdk, libtorch),
     )  # fmt: skip
     # The package as a user has it: plain files (the loader refuses symbolic links).
     package = tmp_path / "package"

@@ -15,11 +15,21 @@ fault here.
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import LOADER_EXIT, error_lines, run_export, run_loader, writable_copy
+from conftest import (
+    LOADER_EXIT,
+    child_env,
+    error_lines,
+    run_export,
+    run_loader,
+    writable_copy,
+)
 
 
 def _run(
@@ -333,3 +343,100 @@ def test_a_constant_of_a_dtype_weights_files_cannot_hold(tmp_path: Path) -> None
     }
     with pytest.raises(ExportError, match="constant phase has dtype torch.complex64"):
         write_weights(str(tmp_path), ep, {"file": "model.pt2", "sha256": "0" * 64}, None)
+
+
+# --- crafted weights files: every refusal before anything is allocated from the manifest -------
+
+
+def _peak_run(loader_bin: str, args: list[str], tmp_path: Path, limit_as: int | None = None):
+    """Runs the loader; returns (exit status, stderr, its peak resident memory in KiB), the peak
+    of that one process (wait4), whatever else the test process ran before."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir(exist_ok=True)
+    err_path = tmp_path / "stderr.txt"
+
+    def limit() -> None:
+        if limit_as is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
+
+    with open(err_path, "w") as err:
+        proc = subprocess.Popen(
+            [loader_bin, *args],
+            env=child_env(scratch),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=limit,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, err_path.read_text(), usage.ru_maxrss
+
+
+def _claim_the_rest_of(weights: Path, size: int) -> None:
+    """weights.bin made `size` bytes (sparse), and stem.weight claimed to fill all of it after
+    the real tensors, with a sha256 that nothing can match."""
+    blob = weights / "weights.bin"
+    end = (blob.stat().st_size + 63) // 64 * 64
+    os.truncate(blob, size)
+
+    def claim(m: dict) -> None:
+        m["blob"].update(size=size, sha256="0" * 64)
+        _constant(m, "stem.weight").update(offset=end, shape=[(size - end) // 4])
+
+    _edit_manifest(weights, claim)
+
+
+def _weights_args(package: Path, weights: Path, tmp_path: Path) -> list[str]:
+    return [
+        "--package",
+        str(package / "model.pt2"),
+        "--input",
+        str(weights / "sample_input.pt"),
+        "--output",
+        str(tmp_path / "out.pt"),
+        "--weights",
+        str(weights / "weights.bin"),
+    ]
+
+
+def test_a_claim_beyond_the_package_costs_no_memory(
+    loader_bin: str, default_package: Path, retrained_weights: Path, weights: Path, tmp_path: Path
+) -> None:
+    """A 2 GiB weights file whose manifest claims stem.weight fills it: refused (exit 10, one
+    line) against the package's own stem.weight before a tensor is allocated or a byte of the
+    file read, so at the memory of a run with the right weights file (a read-and-hash-first
+    reader peaked at 2.49 GB here, against 514 MiB)."""
+    rc, err, normal_kib = _peak_run(
+        loader_bin, _weights_args(default_package, retrained_weights, tmp_path), tmp_path
+    )
+    assert rc == 0, err
+    _claim_the_rest_of(weights, 2 << 30)
+    rc, err, crafted_kib = _peak_run(
+        loader_bin, _weights_args(default_package, weights, tmp_path), tmp_path
+    )
+    assert rc == LOADER_EXIT["integrity"], (rc, err)
+    line = _refused(subprocess.CompletedProcess([], rc, "", err), "constant stem.weight is Float")
+    assert "in the weights file" in line
+    assert crafted_kib <= 1.1 * normal_kib, (crafted_kib, normal_kib)
+
+
+def test_a_claim_beyond_the_address_space_is_an_integrity_error(
+    loader_bin: str, default_package: Path, weights: Path, tmp_path: Path
+) -> None:
+    """The same claim at 32 GiB with 8 GiB of address space: exit 10 as --help promises for a
+    weights file that does not fit the package, not exit 1 from a failed allocation."""
+    _claim_the_rest_of(weights, 32 << 30)
+    rc, err, _ = _peak_run(
+        loader_bin, _weights_args(default_package, weights, tmp_path), tmp_path, limit_as=8 << 30
+    )
+    assert rc == LOADER_EXIT["integrity"], (rc, err)
+    _refused(subprocess.CompletedProcess([], rc, "", err), "constant stem.weight is Float")
+
+
+def test_an_empty_shape_whose_strides_overflow_is_refused(
+    loader_bin: str, default_package: Path, weights: Path, tmp_path: Path
+) -> None:
+    # No bytes, but c10 could not compute its strides ("Stride calculation overflowed", exit 1).
+    _edit_manifest(weights, lambda m: _constant(m, "stem_bias").update(shape=[0, 2**62, 2**62]))
+    proc = _run(loader_bin, default_package, weights, weights / "expected_output.pt", tmp_path)
+    _refused(proc, "'shape' is larger than any file")

@@ -3,8 +3,11 @@
 // What the fuzz targets' own drivers share. The toolchain here is GCC, without libFuzzer, so each
 // fuzz target has a main() of its own that mutates its seeds for a bounded time or count.
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 
 namespace my_ops::loader::fuzzing {
@@ -26,6 +29,43 @@ long run_inputs(long seconds, long max_inputs, One&& one) {
   long inputs = 0;
   while (inputs < max_inputs && std::chrono::steady_clock::now() < end) one(inputs++);
   return inputs;
+}
+
+// What reading one input may cost: a parser of outside data is linear in its input, so its time
+// per byte is bounded whatever the bytes; `floor_seconds` absorbs the fixed cost and a scheduler's
+// hiccup on a small input.
+struct CostBound {
+  double seconds_per_byte;
+  double floor_seconds;
+};
+
+// Runs `one()`, which reads an input of `bytes` bytes, and returns how long it took at its
+// fastest, after as many as three tries: one slow run can be the machine, three are the input.
+// It stops trying once a run is within `bound`, or is so far over it (4 times) that no machine's
+// hiccup explains it.
+template <class One>
+double fastest_within(const CostBound& bound, size_t bytes, One&& one) {
+  const double allowed = bound.floor_seconds + bound.seconds_per_byte * static_cast<double>(bytes);
+  double fastest = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const auto t0 = std::chrono::steady_clock::now();
+    one();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    fastest = attempt == 0 ? took : std::min(fastest, took);
+    if (fastest <= allowed || fastest > 4 * allowed) break;
+  }
+  return fastest;
+}
+
+// Writes `input` to $TEST_UNDECLARED_OUTPUTS_DIR/`name` (Bazel keeps it in the test's outputs),
+// so that a failing input can be replayed; returns where, or "" without that folder.
+inline std::string save_input(const std::string& name, const std::string& input) {
+  const char* dir = std::getenv("TEST_UNDECLARED_OUTPUTS_DIR");
+  if (dir == nullptr) return "";
+  const std::string path = std::string(dir) + "/" + name;
+  std::ofstream(path, std::ios::binary) << input;
+  return path;
 }
 
 }  // namespace my_ops::loader::fuzzing

@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <string>
 
+#include "deploy/loader/tests/parse_cost.h"
+
 namespace my_ops::loader {
 namespace {
 
@@ -80,6 +82,18 @@ TEST(InputSignature, RefusesMalformedJson) {
   EXPECT_FALSE(parse_input_signature(std::string(100000, '[') + std::string(100000, ']')));
   // The deepest a signature goes: an array of objects whose sizes array holds objects.
   EXPECT_TRUE(parse_input_signature(one_input(R"({"min": 1, "max": 2})")));
+}
+
+// The package's metadata is outside data too: a signature of many small objects is refused (they
+// are not inputs) in time linear in its size.
+TEST(InputSignature, ReadsInLinearTime) {
+  std::string text = "[";
+  for (int i = 0; i < (1 << 18); ++i) text += "{},";
+  text += "{}]";
+  const std::string outcome = parse_cost::read_within_linear_budget(
+      "an input signature of 2^18 empty objects", text,
+      [](const std::string& t) { return parse_input_signature(t) ? "accepted" : "refused"; });
+  EXPECT_EQ(outcome, "refused");
 }
 
 TEST(InputSignature, RefusesWrongTypesAndShapes) {

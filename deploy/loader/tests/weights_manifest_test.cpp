@@ -8,6 +8,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "deploy/loader/tests/parse_cost.h"
+
 namespace {
 
 using my_ops::loader::ManifestError;
@@ -43,6 +45,27 @@ std::string refusal(const std::string& text) {
 }
 
 std::string refusal(const Json& manifest) { return refusal(manifest.dump()); }
+
+// The refusal, or "accepted", from any thread.
+std::string outcome(const std::string& text) {
+  try {
+    parse_weights_manifest(text);
+  } catch (const ManifestError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
+
+// valid() with `count` empty objects at the front of its constants.
+std::string with_empty_constants(size_t count) {
+  std::string text = valid().dump();
+  const std::string constants = R"("constants":[)";
+  std::string empties;
+  empties.reserve(3 * count);
+  for (size_t i = 0; i < count; ++i) empties += "{},";
+  text.insert(text.find(constants) + constants.size(), empties);
+  return text;
+}
 
 TEST(WeightsManifest, ReadsEveryField) {
   const auto m = parse_weights_manifest(valid().dump());
@@ -84,6 +107,30 @@ TEST(WeightsManifest, RefusesAShapeWhoseSizeOverflows) {
   Json m = valid();
   m["constants"][0]["shape"] = {4294967296ull, 4294967296ull};
   EXPECT_NE(refusal(m).find("larger than any file"), std::string::npos);
+}
+
+// c10 computes a contiguous tensor's strides from every dim but the last, a zero among them or
+// not: a shape of no bytes can still overflow them ("Stride calculation overflowed").
+TEST(WeightsManifest, RefusesAnEmptyShapeWhoseStridesOverflow) {
+  Json m = valid();
+  m["constants"][1]["shape"] = {0, uint64_t{1} << 62, uint64_t{1} << 62};
+  EXPECT_NE(refusal(m).find("larger than any file"), std::string::npos);
+  m["constants"][1]["shape"] = {uint64_t{1} << 62, uint64_t{1} << 62, 0};
+  EXPECT_NE(refusal(m).find("larger than any file"), std::string::npos);
+  // Within int64 it is a plain empty tensor.
+  m["constants"][1]["shape"] = {0, uint64_t{1} << 30, uint64_t{1} << 30};
+  EXPECT_EQ(parse_weights_manifest(m.dump()).constants[1].tensor.nbytes, 0u);
+}
+
+// Each '}' of an object in an array used to cost a pass over the array (nlohmann's callback
+// parser): 20,000 empty entries took 15 s. At the entry cap (valid()'s two constants and the
+// empty ones), the read stays linear and refuses the first empty entry.
+TEST(WeightsManifest, ReadsAManifestAtTheEntryCapInLinearTime) {
+  const std::string text = with_empty_constants(my_ops::loader::kMaxWeightsTensors - 2);
+  EXPECT_NE(my_ops::loader::parse_cost::read_within_linear_budget("a manifest of 2^15 constants",
+                                                                  text, outcome)
+                .find("'constants': 'name' must be a string"),
+            std::string::npos);
 }
 
 TEST(WeightsManifest, RefusesMisalignedAndOverlappingTensors) {
