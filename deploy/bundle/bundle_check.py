@@ -16,13 +16,15 @@ other failure. On failure nothing is written into DIR.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import sys
 from pathlib import Path
 from typing import NoReturn
 
 from deploy.bundle.check import BundleError, check_export
+from deploy.contract.command_line import NonEmptyValueParser
+
+EXIT_USAGE = 2
 
 
 def _die(msg: str, code: int) -> NoReturn:
@@ -30,8 +32,13 @@ def _die(msg: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+class _Parser(NonEmptyValueParser):
+    def error(self, message: str) -> NoReturn:
+        _die(f"{message} (see --help)", EXIT_USAGE)
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="bundle_check", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="bundle_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--ops", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("files", type=Path, nargs="+", metavar="FILE")

@@ -15,7 +15,6 @@ not match manifest.json, 1 on any other failure. On failure --out is left as it 
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import io
 import os
@@ -28,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from ..contract.command_line import NonEmptyValueParser
 from .check import EXIT_FAILURE, BundleError, check_export, check_names, contract
 
 EXIT_USAGE = 2
@@ -42,7 +42,7 @@ def _die(msg: str, code: int = EXIT_FAILURE) -> NoReturn:
     sys.exit(code)
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(NonEmptyValueParser):
     def error(self, message: str) -> NoReturn:
         _die(f"{message} (see --help)", EXIT_USAGE)
 
@@ -102,8 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = _Parser(
         prog="my-ops-bundle",
         description=__doc__.split("\n\n")[0],
-        epilog="Exit status: 0 on success, 2 on bad usage, 3 when model.pt2 or the op "
-        "library does not match manifest.json, 1 on any other failure.",
+        epilog="Exit status: 0 on success, 2 on bad usage (an empty flag value included), 3 "
+        "when model.pt2 or the op library does not match manifest.json, 1 on any other failure.",
     )
     p.add_argument("export", type=Path, metavar="EXPORT_DIR", help="an export's --out folder")
     p.add_argument(

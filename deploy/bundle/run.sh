@@ -5,7 +5,8 @@
 # --public-key KEY to require the manifest's signature as well.
 #
 # usage: run.sh [LIBTORCH_LIB_DIR] [--weights DIR] [extra loader flags, e.g. --bench 100]
-#        (LIBTORCH_LIB_DIR defaults to $LIBTORCH_LIB)
+#        (LIBTORCH_LIB_DIR defaults to $LIBTORCH_LIB; an empty flag value is exit 2,
+#        as in the loader)
 #
 # --weights DIR runs the bundled model with the weights file in DIR, which
 # `export --weights-only --base` wrote for the bundled package (weights.bin,
@@ -46,8 +47,16 @@ while [ "$n" -gt 0 ]; do
       n=$((n - 1))
       ;;
     --weights=*) weights=${arg#--weights=} ;;
-    *) set -- "$@" "$arg" ;;
+    *)
+      set -- "$@" "$arg"
+      continue
+      ;;
   esac
+  # `--weights "$W"` with W unset: never the package's own weights instead.
+  if [ -z "$weights" ]; then
+    echo "run.sh: error: --weights needs a non-empty value" >&2
+    exit 2
+  fi
 done
 input="$here/sample_input.pt"
 expect="$here/expected_output.pt"

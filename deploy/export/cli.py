@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
+from ..contract.command_line import NonEmptyValueParser
 from .cache import DEFAULT_MAX_MB
 from .cache import default_dir as default_cache_dir
 from .cross import HOST_TARGET, TARGETS
@@ -58,13 +59,14 @@ def _default_out() -> str:
     return os.path.join(base, "out")
 
 
-class _Parser(argparse.ArgumentParser):
+class _Parser(NonEmptyValueParser):
     def error(self, message: str) -> NoReturn:
         # One line, like every other error of this tool.
         die(f"{message} (see --help)", EXIT_USAGE)
 
 
-def parse_args(argv: Sequence[str] | None) -> Options:
+def argument_parser() -> argparse.ArgumentParser:
+    """The exporter's flags; every value-taking one refuses an empty value (exit 2)."""
     p = _Parser(
         prog="export",
         description="Export a model using my_ops to an AOTInductor package (model.pt2), "
@@ -73,7 +75,8 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         epilog="Factory protocol: see deploy/default_model.py. Exit status 0 on success, "
         "2 on bad usage, 3 when --out may not be replaced (nothing is touched), 4 when "
         "--weights-only is given a model whose architecture differs from --base's, 130 when "
-        "interrupted, 1 on any other failure (one line on stderr).",
+        "interrupted, 1 on any other failure (one line on stderr). An empty flag value "
+        '(--signing-key "") is bad usage, never the same as leaving the flag out.',
     )
     p.add_argument(
         "--out",
@@ -196,6 +199,11 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         help="with --weights-only: the export whose package the weights are for (its "
         "model.pt2, manifest.json and architecture.json)",
     )
+    return p
+
+
+def parse_args(argv: Sequence[str] | None) -> Options:
+    p = argument_parser()
     args = p.parse_args(argv)
     if args.max_batch < 1:
         p.error("--max-batch must be >= 1")

@@ -80,7 +80,8 @@ the current folder (under `bazel run`, to the folder it was started from).
                     by its size, before reading it.
   -h, --help        show this help.
 
-Every flag but --ops is given at most once. Temporary folders that killed
+Every flag but --ops is given at most once, and every value is non-empty:
+`--public-key ""` (a script's unset variable) is exit 2, not "no key". Temporary folders that killed
 loaders left behind (each holds a lock while its loader runs) are removed
 when a loader starts.
 
@@ -88,7 +89,8 @@ Exit status (one line on stderr for every error):
   0  success
   1  any other error (including a failure inside the model, a temporary
      folder on a noexec file system, a write to a closed standard output)
-  2  bad command line (also a flag given twice, or one op library twice)
+  2  bad command line (also a flag given twice, an empty flag value, or
+     one op library twice)
   3  op library missing, unreadable, a symbolic link, or cannot be loaded, or
      the op libraries lack an op, C shim or class the manifest names (or
      register an op or method with another schema)
@@ -164,10 +166,15 @@ Options parse_args(int argc, const char* const* argv) {
       value = a.substr(eq + 1);
       a = a.substr(0, eq);
     }
+    // An empty value is what a script passes for an unset variable: taken as "not given",
+    // `--public-key "$KEY"` would check no signature.
     auto next = [&]() -> std::string {
-      if (inline_value) return value;
-      if (i + 1 >= argc) fail(kUsage, a + " needs a value");
-      return argv[++i];
+      if (!inline_value) {
+        if (i + 1 >= argc) fail(kUsage, a + " needs a value");
+        value = argv[++i];
+      }
+      if (value.empty()) fail(kUsage, a + " needs a non-empty value");
+      return value;
     };
     // Only --ops takes a list; for any other flag a second value would silently win.
     if (a.rfind("--", 0) == 0 && a != "--ops" && !seen.insert(a).second) {

@@ -51,7 +51,8 @@ deploy::OpenOptions open_options(const Options& opt) {
   options.package = opt.package;
   options.manifest = opt.manifest;
   options.verify = opt.verify;
-  options.public_key = opt.public_key;
+  // The command line refuses an empty value, so "" is "not given" here.
+  if (!opt.public_key.empty()) options.public_key = opt.public_key;
   options.op_libraries = opt.ops;
   options.max_unpacked_bytes = opt.max_unpacked_mib << 20;
   options.runners = static_cast<int>(opt.runners);
@@ -85,7 +86,7 @@ int run(int argc, char** argv) {
   check_output(opt.output);
 
   deploy::Model model = deploy::Model::load(std::move(checked));
-  if (!opt.weights.empty()) model.update_weights({opt.weights, opt.weights_manifest, ""});
+  if (!opt.weights.empty()) model.update_weights({opt.weights, opt.weights_manifest});
   inputs = model.prepare(inputs);
 
   const RunFunction call = [&model](const std::vector<at::Tensor>& in) { return model.run(in); };

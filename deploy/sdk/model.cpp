@@ -41,6 +41,16 @@ std::string default_op_library() {
 
 [[noreturn]] void fail_usage(std::string message) { throw Error(kUsage, std::move(message)); }
 
+// A key that is set must say something: an empty one is a caller's unset variable, and reading it
+// as "no key" would skip the signature check the caller asked for.
+const std::optional<std::string>& set_key(const std::optional<std::string>& key,
+                                          const char* options) {
+  if (key && key->empty()) {
+    fail_usage(std::string(options) + "::public_key is empty; leave it unset for no key");
+  }
+  return key;
+}
+
 std::vector<InputSignature> public_signature(const std::vector<loader::InputSpec>& specs) {
   std::vector<InputSignature> out;
   for (const auto& spec : specs) {
@@ -58,6 +68,7 @@ std::vector<InputSignature> public_signature(const std::vector<loader::InputSpec
 
 struct CheckedPackage::Impl {
   OpenOptions options;
+  std::string public_key;  // options.public_key, "" when unset
   std::unique_ptr<loader::PrivateDir> dir;
   loader::VerifiedCopy package;
   std::vector<loader::VerifiedCopy> libraries;
@@ -73,6 +84,7 @@ CheckedPackage CheckedPackage::check(const OpenOptions& options) {
     if (opt.runners < 1) {
       fail_usage("OpenOptions::runners must be at least 1, got " + std::to_string(opt.runners));
     }
+    impl->public_key = set_key(opt.public_key, "OpenOptions").value_or("");
     if (opt.op_libraries.empty()) opt.op_libraries.push_back(default_op_library());
 
     impl->dir = loader::PrivateDir::create();
@@ -98,7 +110,7 @@ CheckedPackage CheckedPackage::check(const OpenOptions& options) {
     }
     if (opt.verify) {
       impl->manifest =
-          loader::verify_manifest({opt.manifest, opt.public_key}, impl->package, impl->libraries);
+          loader::verify_manifest({opt.manifest, impl->public_key}, impl->package, impl->libraries);
     }
     return CheckedPackage(std::move(impl));
   });
@@ -219,11 +231,11 @@ std::vector<at::Tensor> Model::run(const std::vector<at::Tensor>& inputs) const 
 
 void Model::update_weights(const WeightsOptions& options) {
   translated([&] {
-    if (options.weights.empty()) throw Error(kUsage, "no weights file given (WeightsOptions)");
+    if (options.weights.empty()) fail_usage("WeightsOptions::weights is empty: no weights file");
+    const std::string key =
+        set_key(options.public_key, "WeightsOptions").value_or(impl_->package->public_key);
     Impl& impl = *impl_;
     std::lock_guard one_update(impl.updating);
-    const std::string& key =
-        options.public_key.empty() ? impl.package->options.public_key : options.public_key;
     const loader::StagedWeights staged = loader::stage_weights(
         *impl.runner, {options.weights, options.manifest, key}, impl.package->package.sha256);
     {

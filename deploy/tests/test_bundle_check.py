@@ -168,6 +168,34 @@ def test_usage(fx: Fixture) -> None:
     assert proc.returncode == EXIT_USAGE, proc.stderr
 
 
+@pytest.mark.parametrize("flag", ["--ops", "--out"])
+def test_bundle_check_refuses_an_empty_flag_value(fx: Fixture, flag: str) -> None:
+    check = absolute_from_env(os.environ["BUNDLE_CHECK"])
+    values = {"--ops": str(fx.ops), "--out": str(fx.dist), flag: ""}
+    flags = [part for item in values.items() for part in item]
+    proc = subprocess.run([check, *flags, *fx.files()], capture_output=True, text=True, timeout=120)
+    assert_failed(proc, fx, f"argument {flag}: needs a non-empty value", EXIT_USAGE)
+
+
+@pytest.mark.parametrize("flag", ["--out", "--loader", "--ops"])
+def test_my_ops_bundle_refuses_an_empty_flag_value(
+    fx: Fixture, flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from deploy.bundle import make_bundle
+
+    out = fx.export_dir.parent / "b.tar.gz"
+    args = [str(fx.export_dir), "--out", str(out), "--loader", str(fx.ops), "--ops", str(fx.ops)]
+    at = args.index(flag)
+    args[at + 1] = ""
+    with pytest.raises(SystemExit) as exited:
+        make_bundle.main(args)
+    assert exited.value.code == EXIT_USAGE
+    assert capsys.readouterr().err.splitlines() == [
+        f"my-ops-bundle: error: argument {flag}: needs a non-empty value (see --help)"
+    ]
+    assert not out.exists()
+
+
 # Any manifest.json an export folder may hold, as check.py reads it before a
 # bundle is made (bundle_check.py here, my-ops-bundle from the wheel): JSON
 # shaped like a manifest with wrong types anywhere, and arbitrary bytes.

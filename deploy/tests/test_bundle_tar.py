@@ -133,3 +133,17 @@ def test_run_sh_names_what_a_weights_folder_lacks(bundle: Path, tmp_path: Path) 
     result = _run_bundle(bundle, tmp_path, "--weights", str(tmp_path / "weights"))
     assert result.returncode == 2, (result.returncode, result.stderr)
     assert "holds no weights.bin" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("given", [["--weights", ""], ["--weights="]], ids=["separate", "inline"])
+def test_run_sh_refuses_an_empty_weights_value(
+    bundle: Path, tmp_path: Path, given: list[str]
+) -> None:
+    # `run.sh --weights "$W"` with W unset must not run the package's own weights and call
+    # that a pass.
+    result = _run_bundle(bundle, tmp_path, *given)
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    assert result.stderr.strip() == "run.sh: error: --weights needs a non-empty value", (
+        result.stderr
+    )
+    assert "run.sh: OK" not in result.stdout

@@ -78,6 +78,50 @@ def test_usage_error_is_one_line(tmp_path: Path) -> None:
     assert len(error_lines(proc.stderr)) == 1, proc.stderr
 
 
+# Every flag that takes a value. An empty one is what a script passes when its variable is
+# unset: read as "not given", `--signing-key "$KEY"` would write an unsigned export and
+# `--out "$DIR"` would replace the default folder.
+_VALUE_FLAGS = [
+    "--out",
+    "--device",
+    "--model",
+    "--target",
+    "--isa",
+    "--max-batch",
+    "--inductor-option",
+    "--cache-dir",
+    "--cache-max-mb",
+    "--signing-key",
+    "--generate-key",
+    "--sign",
+    "--base",
+]
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["separate", "inline"])
+@pytest.mark.parametrize("flag", _VALUE_FLAGS)
+def test_an_empty_flag_value_is_a_usage_error(tmp_path: Path, flag: str, inline: bool) -> None:
+    given = [f"{flag}="] if inline else [flag, ""]
+    args = ["--model", "no_such_module:f", "--out", str(tmp_path / "o")]
+    if flag in args:
+        at = args.index(flag)
+        del args[at : at + 2]
+    proc = run_export([*args, *given], tmp_path / "tmp")
+    _assert_clean_failure(proc, tmp_path, f"argument {flag}: needs a non-empty value", EXIT_USAGE)
+    assert not (tmp_path / "o").exists()
+
+
+def test_every_flag_that_takes_a_value_is_checked_for_an_empty_one() -> None:
+    from deploy.export import cli
+
+    taking = sorted(
+        a.option_strings[0]
+        for a in cli.argument_parser()._actions
+        if a.option_strings and a.nargs != 0
+    )
+    assert taking == sorted(_VALUE_FLAGS)
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

@@ -440,3 +440,34 @@ def test_an_empty_shape_whose_strides_overflow_is_refused(
     _edit_manifest(weights, lambda m: _constant(m, "stem_bias").update(shape=[0, 2**62, 2**62]))
     proc = _run(loader_bin, default_package, weights, weights / "expected_output.pt", tmp_path)
     _refused(proc, "'shape' is larger than any file")
+
+
+@pytest.mark.parametrize(
+    ("flag", "given"),
+    [
+        ("--weights", ["--weights", ""]),
+        ("--weights", ["--weights="]),
+        ("--public-key", ["--public-key", ""]),
+        ("--weights-manifest", ["--weights-manifest", ""]),
+    ],
+    ids=["weights", "weights-inline", "public-key", "weights-manifest"],
+)
+def test_an_empty_flag_value_is_a_usage_error(
+    loader_bin: str,
+    default_package: Path,
+    retrained_weights: Path,
+    tmp_path: Path,
+    flag: str,
+    given: list[str],
+) -> None:
+    """`--public-key "$KEY"` with KEY unset ran unsigned weights; `--weights ""` ran the
+    package's own. Each is exit 2, one line naming the flag, before anything is loaded."""
+    args = _weights_args(default_package, retrained_weights, tmp_path)
+    if flag != "--public-key":
+        del args[-2:]
+        if flag == "--weights-manifest":
+            args += ["--weights", str(retrained_weights / "weights.bin")]
+    proc = run_loader(loader_bin, [*args, *given], tmp_path / "tmp")
+    assert proc.returncode == LOADER_EXIT["usage"], (proc.returncode, proc.stderr)
+    assert error_lines(proc.stderr) == [f"loader: error: {flag} needs a non-empty value"]
+    assert not (tmp_path / "out.pt").exists()

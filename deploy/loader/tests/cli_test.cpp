@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -66,6 +67,29 @@ TEST(Cli, RefusesMalformedCommandLines) {
   EXPECT_NE(usage_error(with({"--ops"})).find("needs a value"), std::string::npos);
   EXPECT_NE(usage_error(with({"--max-unpacked-mib", "0"})).find("--max-unpacked-mib"),
             std::string::npos);
+}
+
+// A script whose variable is empty passes "": taken as "not given", `--public-key "$KEY"` would
+// run unsigned code and `--weights "$W"` the package's own weights.
+TEST(Cli, RefusesAnEmptyValueForEveryFlagThatTakesOne) {
+  for (const std::string flag :
+       {"--ops", "--package", "--input", "--output", "--expect", "--manifest", "--public-key",
+        "--weights", "--weights-manifest", "--atol", "--rtol", "--bench", "--runs", "--threads",
+        "--runners", "--max-unpacked-mib", "--max-input-mib"}) {
+    for (const bool inline_value : {false, true}) {
+      std::vector<std::string> args = {"--package", "m.pt2", "--input", "i.pt", "--output", "o.pt"};
+      auto given = std::find(args.begin(), args.end(), flag);
+      if (given != args.end()) args.erase(given, given + 2);
+      if (inline_value) {
+        args.push_back(flag + "=");
+      } else {
+        args.insert(args.end(), {flag, ""});
+      }
+      std::vector<const char*> argv;
+      for (const auto& a : args) argv.push_back(a.c_str());
+      EXPECT_EQ(usage_error(argv), flag + " needs a non-empty value") << flag;
+    }
+  }
 }
 
 TEST(Cli, RefusesAFlagGivenTwice) {

@@ -420,4 +420,25 @@ TEST_F(ModelTest, WeightsThatDoNotCheckOutLeaveTheModelAsItWas) {
   EXPECT_EQ(model.weights_sha256(), "");
 }
 
+// A key that is set but empty is a caller's mistake (an unset variable), not "no key": taken as
+// none, it would run a package or weights that nobody vouched for.
+TEST_F(ModelTest, AnEmptyKeyThatIsSetIsAnError) {
+  OpenOptions options = default_options();
+  options.public_key = "";
+  const Error open = error_of([&] { Model::open(options); });
+  EXPECT_EQ(open.code(), my_ops::deploy::kUsage) << open.what();
+  EXPECT_NE(std::string(open.what()).find("OpenOptions::public_key is empty"), std::string::npos)
+      << open.what();
+
+  Model model = Model::open(default_options());
+  my_ops::deploy::WeightsOptions weights = weights_at(retrained("weights.bin"));
+  weights.public_key = "";
+  const Error update = error_of([&] { model.update_weights(weights); });
+  EXPECT_EQ(update.code(), my_ops::deploy::kUsage) << update.what();
+  EXPECT_NE(std::string(update.what()).find("WeightsOptions::public_key is empty"),
+            std::string::npos)
+      << update.what();
+  EXPECT_EQ(model.weights_sha256(), "");
+}
+
 }  // namespace

@@ -211,6 +211,15 @@ def test_my_ops_run_passes_the_loaders_errors_through(venv) -> None:
     assert proc.stderr.startswith("loader: error: "), proc.stderr
 
 
+def test_my_ops_run_refuses_an_empty_flag_value(venv) -> None:
+    # `my-ops-run --public-key "$KEY"` with KEY unset: the loader's usage error, not a run that
+    # checks no signature.
+    required = ["--package", "m.pt2", "--input", "i.pt", "--output", "o.pt"]
+    proc = _run(venv, venv["bin"] / "my-ops-run", *required, "--public-key", "")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.splitlines() == ["loader: error: --public-key needs a non-empty value"]
+
+
 def test_bundle_from_the_wheel_runs_with_env_i(venv, exported: Path, tmp_path: Path) -> None:
     tarball = tmp_path / "b.tar.gz"
     proc = _run(venv, venv["bin"] / "my-ops-bundle", exported, "--out", tarball)

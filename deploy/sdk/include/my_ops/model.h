@@ -55,8 +55,9 @@ struct OpenOptions {
   // packages of your own, on your own machine.
   bool verify = true;
   // An Ed25519 public key (PEM or raw 32 bytes); when set, manifest.sig beside the manifest must
-  // be its signature of the manifest.
-  std::string public_key;
+  // be its signature of the manifest. Unset: no signature needed. Set but empty: an Error
+  // (kUsage), not "no key", since that is what an unset variable of the caller's looks like.
+  std::optional<std::string> public_key;
   // The op libraries the package calls, loaded in this order; empty for the libmy_ops.so beside
   // the library that holds this API (the SDK's lib/, the loader's bundle folder).
   std::vector<std::string> op_libraries;
@@ -70,13 +71,14 @@ struct OpenOptions {
 
 // A weights file for a model's package: new values for its constants and custom objects.
 struct WeightsOptions {
-  // weights.bin, from `export --weights-only`.
+  // weights.bin, from `export --weights-only`; empty is an Error (kUsage).
   std::string weights;
   // Its manifest; "" for weights.json beside it.
   std::string manifest;
-  // An Ed25519 public key; when set, weights.sig beside the manifest must be its signature of
-  // the manifest. "" for the key the model was opened with (OpenOptions::public_key), if any.
-  std::string public_key;
+  // An Ed25519 public key; weights.sig beside the manifest must be its signature of the
+  // manifest. Unset: the key the model was opened with (OpenOptions::public_key), if any. Set but
+  // empty: an Error (kUsage), as for OpenOptions::public_key.
+  std::optional<std::string> public_key;
 };
 
 // The sizes a dim of an input may take: min..max, max unset for unbounded. A static dim has
