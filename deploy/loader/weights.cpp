@@ -170,20 +170,28 @@ class Fit {
     }
   }
 
-  // The same names, dtypes and shapes as the model's own, or the copy into its buffer would put
-  // bytes where the model's code does not expect them.
+  // The manifest lists every `what` (constant, custom object) the package holds, and only those.
+  template <class Listed, class Held>
+  void same_names(const Listed& listed, const Held& held, const std::string& what) const {
+    std::unordered_set<std::string> names;
+    for (const auto& entry : listed) names.insert(entry.name);
+    for (const auto& [name, value] : held) {
+      if (!names.count(name)) refuse("it lacks the package's " + what + " " + name);
+    }
+    for (const auto& entry : listed) {
+      if (!held.count(entry.name)) refuse("the package has no " + what + " " + entry.name);
+    }
+  }
+
+  // The same dtypes and shapes as the model's own, or the copy into its buffer would put bytes
+  // where the model's code does not expect them.
   void check_constants(torch::inductor::AOTIModelPackageLoader& model, const WeightsManifest& m) {
     const auto current = model.get_runner()->extract_constants_map(/*use_inactive=*/false);
-    std::unordered_set<std::string> listed;
-    for (const auto& c : m.constants) listed.insert(c.name);
-    for (const auto& [name, tensor] : current) {
-      if (!listed.count(name)) refuse("it lacks the package's constant " + name);
-    }
+    same_names(m.constants, current, "constant");
     for (const auto& c : m.constants) {
-      auto it = current.find(c.name);
-      if (it == current.end()) refuse("the package has no constant " + c.name);
-      check_tensor("constant " + c.name, c.tensor, it->second);
-      if (!it->second.is_contiguous()) {
+      const at::Tensor& have = current.at(c.name);
+      check_tensor("constant " + c.name, c.tensor, have);
+      if (!have.is_contiguous()) {
         refuse("the package's constant " + c.name + " is not contiguous, and weights files are");
       }
     }
@@ -191,16 +199,10 @@ class Fit {
 
   // Every custom object the package holds, each tensor of its state carried.
   void check_objects(torch::inductor::AOTIModelPackageLoader& model, const WeightsManifest& m) {
-    auto objects = model.get_custom_objs();
-    std::unordered_set<std::string> listed;
-    for (const auto& o : m.objects) listed.insert(o.name);
-    for (const auto& [name, object] : objects) {
-      if (!listed.count(name)) refuse("it lacks the package's custom object " + name);
-    }
+    const auto objects = model.get_custom_objs();
+    same_names(m.objects, objects, "custom object");
     for (const WeightsObject& o : m.objects) {
-      auto it = objects.find(o.name);
-      if (it == objects.end()) refuse("the package has no custom object " + o.name);
-      const c10::IValue& object = it->second;
+      const c10::IValue& object = objects.at(o.name);
       if (!object.isObject() || class_name(object) != o.class_name) {
         refuse("custom object " + o.name + " is a " + o.class_name +
                " in the weights file, not in the package");
