@@ -19,6 +19,7 @@ const char* const kHelp =
               [--weights WEIGHTS.bin [--weights-manifest WEIGHTS.json]]
               [--expect EXPECTED.pt [--atol A] [--rtol R] [--exact]]
               [--bench N | --runs N] [--threads T] [--runners R]
+              [--intra-op-threads I]
               [--max-unpacked-mib M] [--max-input-mib M]
 
 Runs an AOTInductor package (made by the exporter, //deploy:export) on inputs from a
@@ -68,12 +69,19 @@ the current folder (under `bazel run`, to the folder it was started from).
                     exit 9 when they differ.
   --atol A, --rtol R  tolerances for --expect (default 1e-4, 1e-4).
   --exact           --expect must match bit for bit instead.
-  --bench N         after a warm-up, time N runs per thread; print p50 and p99.
+  --bench N         after a warm-up, time N runs per thread; print p50 and p99
+                    (and the intra-op threads each run used).
   --runs N          N runs in all, shared by the threads; print the wall time.
   --threads T       run from T threads at once (default 1, at most 256); every
                     run's outputs must be bit-identical to the first run's.
   --runners R       model runners in the package loader (default: T, at most
                     256), i.e. how many runs may execute concurrently.
+  --intra-op-threads I  threads each run uses inside its ops (LibTorch's
+                    intra-op threads: the package's own parallel loops and
+                    its matrix products); default: $OMP_NUM_THREADS, else one
+                    per core. --threads T runs at once use up to T x I cores:
+                    for latency give one run all the cores (T 1, I = cores),
+                    for throughput spread them (T x I = cores). At most 256.
   --max-unpacked-mib M  refuse a package whose entries unpack to more than M
                     MiB in all (default 32768): a zip bomb stops here.
   --max-input-mib M refuse an input or --expect file over M MiB (default 1024),
@@ -214,6 +222,8 @@ Options parse_args(int argc, const char* const* argv) {
       o.threads = parse_count(a, next(), 1, kMaxThreads);
     } else if (a == "--runners") {
       o.runners = parse_count(a, next(), 1, kMaxRunners);
+    } else if (a == "--intra-op-threads") {
+      o.intra_op_threads = parse_count(a, next(), 1, kMaxThreads);
     } else if (a == "--max-unpacked-mib") {
       o.max_unpacked_mib = static_cast<uint64_t>(parse_count(a, next(), 1, 1L << 30));
     } else if (a == "--max-input-mib") {

@@ -31,7 +31,8 @@ struct Options {
   long bench = 0;
   long runs = 0;
   long threads = 1;
-  long runners = 0;  // 0: as many as threads
+  long runners = 0;           // 0: as many as threads
+  long intra_op_threads = 0;  // 0: LibTorch's default ($OMP_NUM_THREADS, else one per core)
   uint64_t max_unpacked_mib = 32768;
   uint64_t max_input_mib = 1024;
   bool help = false;

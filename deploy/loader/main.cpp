@@ -56,6 +56,7 @@ deploy::OpenOptions open_options(const Options& opt) {
   options.op_libraries = opt.ops;
   options.max_unpacked_bytes = opt.max_unpacked_mib << 20;
   options.runners = static_cast<int>(opt.runners);
+  options.intra_op_threads = static_cast<int>(opt.intra_op_threads);
   return options;
 }
 
@@ -97,8 +98,9 @@ int run(int argc, char** argv) {
     std::vector<double> latencies;
     outputs = run_concurrently(call, inputs, opt.threads, opt.bench * opt.threads, &latencies);
     // 0.1 us resolution: a call of a small package takes a few microseconds.
-    std::printf("runs %zu threads %ld runners %ld p50 %.4f ms p99 %.4f ms\n", latencies.size(),
-                opt.threads, opt.runners, percentile(latencies, 50), percentile(latencies, 99));
+    std::printf("runs %zu threads %ld runners %ld intra-op-threads %d p50 %.4f ms p99 %.4f ms\n",
+                latencies.size(), opt.threads, opt.runners, model.intra_op_threads(),
+                percentile(latencies, 50), percentile(latencies, 99));
   } else if (opt.runs > 0) {
     auto t0 = std::chrono::steady_clock::now();
     outputs = run_concurrently(call, inputs, opt.threads, opt.runs - 1, nullptr);

@@ -1,5 +1,6 @@
 #include "my_ops/model.h"
 
+#include <ATen/Parallel.h>
 #include <dlfcn.h>
 
 #include <exception>
@@ -40,6 +41,8 @@ std::string default_op_library() {
 }
 
 [[noreturn]] void fail_usage(std::string message) { throw Error(kUsage, std::move(message)); }
+
+constexpr int kMaxIntraOpThreads = 256;
 
 // A key that is set must say something: an empty one is a caller's unset variable, and reading it
 // as "no key" would skip the signature check the caller asked for.
@@ -83,6 +86,11 @@ CheckedPackage CheckedPackage::check(const OpenOptions& options) {
     if (opt.package.empty()) fail_usage("no package given (OpenOptions::package)");
     if (opt.runners < 1) {
       fail_usage("OpenOptions::runners must be at least 1, got " + std::to_string(opt.runners));
+    }
+    if (opt.intra_op_threads < 0 || opt.intra_op_threads > kMaxIntraOpThreads) {
+      fail_usage("OpenOptions::intra_op_threads must be 0 (the process's setting) to " +
+                 std::to_string(kMaxIntraOpThreads) + ", got " +
+                 std::to_string(opt.intra_op_threads));
     }
     impl->public_key = set_key(opt.public_key, "OpenOptions").value_or("");
     if (opt.op_libraries.empty()) opt.op_libraries.push_back(default_op_library());
@@ -151,6 +159,7 @@ Model Model::load(CheckedPackage&& checked) {
     const loader::Registrations none;
     const loader::Registrations& needed = package.manifest ? package.manifest->registrations : none;
 
+    if (package.options.intra_op_threads > 0) at::set_num_threads(package.options.intra_op_threads);
     if (package.manifest && package.manifest->device == "cuda") loader::load_cuda_backend();
     loader::load_op_libraries(package.libraries);
     loader::check_registrations(needed, package.options.op_libraries);
@@ -226,6 +235,11 @@ std::vector<at::Tensor> Model::run(const std::vector<at::Tensor>& inputs) const 
     std::lock_guard pass(impl_->turnstile);
   }
   std::shared_lock running(impl_->runs);
+  // at::set_num_threads sets OpenMP's thread count for the thread that calls it; every other
+  // thread starts from $OMP_NUM_THREADS until LibTorch initialises it at its first ATen parallel
+  // op, which the package's own OpenMP loops do not count as. So each thread that runs the model
+  // takes the process's setting before the first of them (once; it costs nothing after that).
+  at::internal::lazy_init_num_threads();
   return translated([&] { return loader::run_once(*impl_->runner, prepared); });
 }
 
@@ -255,5 +269,7 @@ std::string Model::weights_sha256() const {
 }
 
 const Metadata& Model::metadata() const { return impl_->metadata; }
+
+int Model::intra_op_threads() const { return at::get_num_threads(); }
 
 }  // namespace my_ops::deploy

@@ -54,6 +54,10 @@ TEST(Cli, CapsThreadsAndRunnersWithAUsageError) {
   EXPECT_NE(usage_error(with({"--threads", "100000"})).find("--threads"), std::string::npos);
   EXPECT_NE(usage_error(with({"--runners", "257"})).find("<= 256"), std::string::npos);
   EXPECT_EQ(usage_error(with({"--threads", "256", "--runners", "256"})), "");
+  EXPECT_NE(usage_error(with({"--intra-op-threads", "0"})).find(">= 1"), std::string::npos);
+  EXPECT_NE(usage_error(with({"--intra-op-threads", "257"})).find("<= 256"), std::string::npos);
+  EXPECT_EQ(parse(with({"--intra-op-threads=4"})).intra_op_threads, 4);
+  EXPECT_EQ(parse(kRequired).intra_op_threads, 0);  // LibTorch's own default
 }
 
 TEST(Cli, RefusesMalformedCommandLines) {
@@ -75,7 +79,7 @@ TEST(Cli, RefusesAnEmptyValueForEveryFlagThatTakesOne) {
   for (const std::string flag :
        {"--ops", "--package", "--input", "--output", "--expect", "--manifest", "--public-key",
         "--weights", "--weights-manifest", "--atol", "--rtol", "--bench", "--runs", "--threads",
-        "--runners", "--max-unpacked-mib", "--max-input-mib"}) {
+        "--runners", "--intra-op-threads", "--max-unpacked-mib", "--max-input-mib"}) {
     for (const bool inline_value : {false, true}) {
       std::vector<std::string> args = {"--package", "m.pt2", "--input", "i.pt", "--output", "o.pt"};
       auto given = std::find(args.begin(), args.end(), flag);

@@ -4,6 +4,7 @@
 #include "my_ops/model.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -439,6 +440,33 @@ TEST_F(ModelTest, AnEmptyKeyThatIsSetIsAnError) {
             std::string::npos)
       << update.what();
   EXPECT_EQ(model.weights_sha256(), "");
+}
+
+// A run from a thread of its own uses the option's thread count: at::set_num_threads sets
+// OpenMP's count only for the thread that calls it, and a new thread starts from
+// $OMP_NUM_THREADS's (or one per core). 3 is no machine's default here.
+TEST_F(ModelTest, IntraOpThreadsReachEveryThreadThatRuns) {
+  using OmpGetMaxThreads = int (*)();
+  const auto omp_get_max_threads =
+      reinterpret_cast<OmpGetMaxThreads>(::dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+  ASSERT_NE(omp_get_max_threads, nullptr) << "LibTorch's OpenMP runtime is not loaded";
+  OpenOptions options = default_options();
+  options.intra_op_threads = 3;
+  const Model model = Model::open(options);
+  const auto inputs = read(package_file("sample_input.pt"));
+  int before = 0;
+  int during = 0;
+  std::thread([&] {
+    before = omp_get_max_threads();
+    expect_same_bits(model.run(inputs), read(package_file("expected_output.pt")));
+    during = omp_get_max_threads();
+  }).join();
+  EXPECT_NE(before, 3) << "the new thread already had the option's count: this proves nothing";
+  EXPECT_EQ(during, 3);
+  EXPECT_EQ(model.intra_op_threads(), 3);
+
+  options.intra_op_threads = -1;
+  EXPECT_EQ(error_of([&] { Model::open(options); }).code(), my_ops::deploy::kUsage);
 }
 
 }  // namespace

@@ -65,6 +65,12 @@ struct OpenOptions {
   uint64_t max_unpacked_bytes = uint64_t{32} << 30;
   // How many runs may proceed at once (each runner holds its own activations).
   int runners = 1;
+  // Threads each run uses inside its ops: LibTorch's intra-op threads, which run the package's
+  // own parallel loops (OpenMP) and its matrix products. 0 keeps the process's setting
+  // ($OMP_NUM_THREADS, else one per core). LibTorch has one such setting per process, so a
+  // non-zero value applies to every Model in it. `runners` runs at once use up to
+  // runners x intra_op_threads cores. At most 256.
+  int intra_op_threads = 0;
   // The CUDA device a CUDA package runs on; -1 for the current device. Ignored on CPU.
   int device_index = -1;
 };
@@ -166,6 +172,10 @@ class Model {
   std::string weights_sha256() const;
 
   const Metadata& metadata() const;
+
+  // The intra-op threads a run of this model uses (OpenOptions::intra_op_threads, or the
+  // process's setting it kept).
+  int intra_op_threads() const;
 
   struct Impl;
 
