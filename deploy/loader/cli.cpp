@@ -89,9 +89,9 @@ the current folder (under `bazel run`, to the folder it was started from).
   -h, --help        show this help.
 
 Every flag but --ops is given at most once, and every value is non-empty:
-`--public-key ""` (a script's unset variable) is exit 2, not "no key". Temporary folders that killed
-loaders left behind (each holds a lock while its loader runs) are removed
-when a loader starts.
+`--public-key ""` (a script's unset variable) is exit 2, not "no key".
+Temporary folders that killed loaders left behind (each holds a lock while
+its loader runs) are removed when a loader starts.
 
 Exit status (one line on stderr for every error):
   0  success
