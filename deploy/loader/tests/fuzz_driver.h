@@ -37,6 +37,11 @@ long run_inputs(long seconds, long max_inputs, One&& one) {
 struct CostBound {
   double seconds_per_byte;
   double floor_seconds;
+
+  // The most reading an input of `bytes` bytes may take.
+  double allowed(size_t bytes) const {
+    return floor_seconds + seconds_per_byte * static_cast<double>(bytes);
+  }
 };
 
 // Runs `one()`, which reads an input of `bytes` bytes, and returns how long it took at its
@@ -45,7 +50,7 @@ struct CostBound {
 // hiccup explains it.
 template <class One>
 double fastest_within(const CostBound& bound, size_t bytes, One&& one) {
-  const double allowed = bound.floor_seconds + bound.seconds_per_byte * static_cast<double>(bytes);
+  const double allowed = bound.allowed(bytes);
   double fastest = 0;
   for (int attempt = 0; attempt < 3; ++attempt) {
     const auto t0 = std::chrono::steady_clock::now();

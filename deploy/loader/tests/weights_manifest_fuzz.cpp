@@ -260,7 +260,7 @@ int main(int argc, char** argv) {
     const double took = fastest_within(cost, text.size(), [&] {
       LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(text.data()), text.size());
     });
-    if (took > cost.floor_seconds + cost.seconds_per_byte * static_cast<double>(text.size())) {
+    if (took > cost.allowed(text.size())) {
       const std::string saved = save_input("slow_weights_manifest.json", text);
       std::fprintf(stderr,
                    "weights_manifest_fuzz: an input of %zu bytes took %.3f s to read at best of "
