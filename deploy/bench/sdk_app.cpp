@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
       options.package = argv[i + 1];
     } else if (flag == "--input") {
       input = argv[i + 1];
+    } else if (flag == "--intra-op-threads") {
+      options.intra_op_threads = static_cast<int>(std::strtol(argv[i + 1], nullptr, 10));
     } else if (flag == "--bench") {
       calls = std::strtol(argv[i + 1], nullptr, 10);
     } else {
@@ -45,7 +47,8 @@ int main(int argc, char** argv) {
     }
   }
   if (argc % 2 == 0 || options.package.empty() || input.empty() || calls < 1) {
-    std::cerr << "usage: sdk_app --ops LIB --package P --input I --bench N\n";
+    std::cerr
+        << "usage: sdk_app --ops LIB --package P --input I --bench N [--intra-op-threads I]\n";
     return 2;
   }
   try {

@@ -1,0 +1,437 @@
+"""tools/bazel run //deploy:bench_models: real pretrained models, our packages against ONNX Runtime.
+
+For each model of real_models.py (a BERT sentence encoder and a LLaMA-family LLM, from PyPI
+packages) and each sequence length, at batch 1 with static shapes:
+
+1. Exports, through the exporter with its default flags: the model patched with our ops
+   (``ours``) and the original (``inductor``, Inductor's own code for the same model); and the
+   original to ONNX (``torch.onnx.export(dynamo=True)``). Exports are cached: the packages in
+   the exporter's compile cache, the ONNX files in --work.
+2. Checks every runner's output on a held-out input against the original model in eager
+   PyTorch (cosine > 0.9999; for the LLM the same next token) before anything is timed.
+3. Times, at each intra-op thread count: our package through the C++ loader (``loader
+   --bench``) and through the SDK (``sdk_app``), Inductor's package through the loader, ONNX
+   Runtime (CPU execution provider, all graph optimisations) and eager PyTorch. Each round
+   runs every runner once, in an order that rotates from round to round, each pinned to the
+   last CPU at one thread and to every CPU at two; a runner's figure is the median over rounds
+   of its per-call p50, and a ratio the median over rounds of the per-round ratio.
+
+Targets (MET/MISSED): our package through the loader <= ONNX Runtime, and <= Inductor's
+package, for every model, length and thread count (ratios rounded to two decimals).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from deploy.bench import real_models
+from deploy.contract.command_line import NonEmptyValueParser
+
+RUNNERS = ("ours loader", "ours SDK", "inductor loader", "onnxruntime", "eager")
+# Calls per runner and round at each length: about a second of work at one thread.
+CALLS = {"minilm": {16: 200, 64: 50, 128: 25}, "smollm2": {16: 20, 64: 8, 128: 5}}
+PARITY = 0.9999
+_P50 = re.compile(r"p50 ([0-9.]+) ms")
+
+
+def _fail(message: str) -> None:
+    sys.exit(f"bench_models: error: {message}")
+
+
+def _real(path: str, what: str) -> str:
+    if not path or not os.path.exists(path):
+        _fail(
+            f"{what} not found (${what}={path!r}); "
+            "run through tools/bazel run //deploy:bench_models"
+        )
+    # `bazel run` starts us in the runfiles tree, where data paths are relative links.
+    return os.path.realpath(path)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    model: str
+    length: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.model} {self.length} tokens"
+
+
+class Worker:
+    """A model_worker process: loads once, answers requests in rounds."""
+
+    def __init__(self, args: list[str], env: dict) -> None:
+        cmd = [sys.executable, "-m", "deploy.bench.model_worker", *args]
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        self.what = " ".join(args)
+
+    def ask(self, request: str) -> str:
+        self.proc.stdin.write(request + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            _fail(f"the {self.what} runner stopped (exit {self.proc.wait()}) on: {request}")
+        return answer.strip()
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+def _pin(threads: int):
+    cpus = sorted(os.sched_getaffinity(0))
+    chosen = {cpus[-1]} if threads == 1 else set(cpus)
+    return lambda: os.sched_setaffinity(0, chosen)
+
+
+def _check(proc: subprocess.CompletedProcess, what: str) -> str:
+    if proc.returncode != 0:
+        _fail(f"{what} failed (exit {proc.returncode}):\n{proc.stderr.strip()}")
+    return proc.stdout
+
+
+def export_packages(cases: list[Case], exporter: list[str], work: Path, env: dict) -> dict:
+    """Exports ours and Inductor's package of every case; returns {(case, variant): folder}."""
+    folders = {}
+    for case in cases:
+        for variant in real_models.VARIANTS:
+            name = real_models.name(case.model, variant, case.length)
+            out = work / "packages" / name
+            t0 = time.perf_counter()
+            cmd = [
+                *exporter,
+                "--model",
+                f"deploy.bench.real_models:{name}",
+                "--max-batch",
+                "1",
+                "--out",
+                str(out),
+            ]
+            stdout = _check(
+                subprocess.run(cmd, env=env, capture_output=True, text=True),
+                f"the export of {name}",
+            )
+            how = "cache hit" if "cache hit" in stdout else "compiled"
+            print(f"export {name}: {time.perf_counter() - t0:.1f} s, {how}", flush=True)
+            folders[(case, variant)] = out
+    return folders
+
+
+def export_onnx(cases: list[Case], work: Path, env: dict) -> dict:
+    """The original model of every case in ONNX; an existing file in --work is reused (it is
+    written whole or not at all)."""
+    files = {}
+    for case in cases:
+        path = work / "onnx" / f"{case.model}__{case.length}.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            t0 = time.perf_counter()
+            cmd = [
+                sys.executable,
+                "-m",
+                "deploy.bench.model_worker",
+                "onnx-export",
+                case.model,
+                str(case.length),
+                str(path),
+            ]
+            _check(
+                subprocess.run(cmd, env=env, capture_output=True, text=True),
+                f"the ONNX export of {case.label}",
+            )
+            print(f"onnx export {case.label}: {time.perf_counter() - t0:.1f} s", flush=True)
+        files[case] = path
+    return files
+
+
+def _compare(got: torch.Tensor, want: torch.Tensor, model: str) -> tuple[float, bool]:
+    got, want = got.double().flatten(), want.double().flatten()
+    cosine = torch.nn.functional.cosine_similarity(got, want, dim=0).item()
+    same_token = model != "smollm2" or int(got.argmax()) == int(want.argmax())
+    return cosine, same_token
+
+
+def check_parity(
+    case: Case, folders: dict, onnx: Path, tools: dict, workers: dict, work: Path
+) -> list[tuple[str, ...]]:
+    """Every runner's output on a held-out input (seed 1) against the original in eager."""
+    held_out = real_models.inputs(case.model, case.length, seed=1)
+    sample = work / "held_out" / f"{case.model}__{case.length}.pt"
+    sample.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(held_out, sample)
+    with torch.inference_mode():
+        want = real_models.module(case.model, "inductor")(*held_out)
+    outputs = {}
+    for variant in real_models.VARIANTS:
+        out = sample.with_suffix(f".{variant}.out.pt")
+        cmd = [
+            tools["loader"],
+            "--ops",
+            tools["ops"],
+            "--package",
+            str(folders[(case, variant)] / "model.pt2"),
+            "--input",
+            str(sample),
+            "--output",
+            str(out),
+        ]
+        _check(subprocess.run(cmd, capture_output=True, text=True), f"the loader on {out}")
+        outputs[f"{variant} loader"] = torch.load(out)[0]
+    out = sample.with_suffix(".onnxruntime.out.pt")
+    workers["onnxruntime"].ask(f"run {onnx} {sample} {out}")
+    outputs["onnxruntime"] = torch.load(out)
+    rows = []
+    for runner, got in outputs.items():
+        cosine, same_token = _compare(got, want, case.model)
+        ok = cosine > PARITY and same_token
+        token = (
+            "" if case.model != "smollm2" else (", same token" if same_token else ", OTHER TOKEN")
+        )
+        rows.append(
+            (f"{case.label}, {runner}", f"cosine {cosine:.7f}{token}", "ok" if ok else "FAILED")
+        )
+        if not ok:
+            _fail(
+                f"{case.label}: {runner}'s output differs from the original model's "
+                f"(cosine {cosine:.7f} <= {PARITY}{token})"
+            )
+    return rows
+
+
+def time_case(
+    case: Case,
+    threads: int,
+    rounds: int,
+    calls: int,
+    folders: dict,
+    onnx: Path,
+    tools: dict,
+    workers: dict,
+) -> dict[str, list[float]]:
+    """{runner: per-round p50 (ms)} for one case at one thread count."""
+    sample = folders[(case, "ours")] / "sample_input.pt"
+    common = ["--input", str(sample), "--bench", str(calls)]
+
+    def cpp(binary: str, variant: str) -> list[str]:
+        package = str(folders[(case, variant)] / "model.pt2")
+        return [
+            binary,
+            "--ops",
+            tools["ops"],
+            "--package",
+            package,
+            *common,
+            "--intra-op-threads",
+            str(threads),
+        ]
+
+    # The loader writes the last run's output; the SDK app keeps it.
+    scratch = ["--output", str(folders[(case, "ours")].parent / "bench_output.pt")]
+    commands = {
+        "ours loader": [*cpp(tools["loader"], "ours"), *scratch],
+        "ours SDK": cpp(tools["sdk_app"], "ours"),
+        "inductor loader": [*cpp(tools["loader"], "inductor"), *scratch],
+    }
+    requests = {
+        "onnxruntime": f"time {threads} {calls} {onnx} {sample}",
+        "eager": f"time {threads} {calls} - {sample}",
+    }
+    p50s: dict[str, list[float]] = {r: [] for r in RUNNERS}
+    for r in range(rounds):
+        order = RUNNERS[r % len(RUNNERS) :] + RUNNERS[: r % len(RUNNERS)]
+        for runner in order:
+            if runner in commands:
+                proc = subprocess.run(
+                    commands[runner], capture_output=True, text=True, preexec_fn=_pin(threads)
+                )
+                line = _check(proc, f"{runner} on {case.label}")
+            else:
+                line = workers[runner if runner == "onnxruntime" else case.model].ask(
+                    requests[runner]
+                )
+            match = _P50.search(line)
+            if not match:
+                _fail(f"{runner} on {case.label} printed no p50: {line!r}")
+            p50s[runner].append(float(match.group(1)))
+    return p50s
+
+
+def _ratio(p50s: dict[str, list[float]], a: str, b: str) -> float:
+    return statistics.median(x / y for x, y in zip(p50s[a], p50s[b], strict=True))
+
+
+def table(results: list[tuple[Case, int, dict]]) -> tuple[list[tuple[str, ...]], list[str]]:
+    rows, missed = [], []
+    for case, threads, p50s in results:
+        median = {r: statistics.median(v) for r, v in p50s.items()}
+        versus_ort = _ratio(p50s, "ours loader", "onnxruntime")
+        versus_inductor = _ratio(p50s, "ours loader", "inductor loader")
+        verdicts = []
+        for what, ratio in (("ORT", versus_ort), ("Inductor", versus_inductor)):
+            ok = round(ratio, 2) <= 1.0
+            verdicts.append(f"{'MET' if ok else 'MISSED'}")
+            if not ok:
+                missed.append(f"{case.label} {threads} thread(s) vs {what} {ratio:.2f}")
+        rows.append(
+            (
+                case.model,
+                str(case.length),
+                str(threads),
+                *(f"{median[r]:.2f}" for r in RUNNERS),
+                f"{versus_ort:.2f} {verdicts[0]}",
+                f"{versus_inductor:.2f} {verdicts[1]}",
+            )
+        )
+    return rows, missed
+
+
+def print_table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    print(f"\n{title}")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+
+
+def _csv(text: str, flag: str, known: tuple, convert=str) -> list:
+    values = []
+    for item in text.split(","):
+        try:
+            value = convert(item)
+        except ValueError:
+            value = None
+        if value not in known:
+            raise argparse.ArgumentTypeError(
+                f"{flag}: {item!r} is not one of {','.join(map(str, known))}"
+            )
+        values.append(value)
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = NonEmptyValueParser(prog="bench_models", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--models",
+        default=",".join(real_models.MODELS),
+        help="comma-separated models (default: %(default)s)",
+    )
+    p.add_argument(
+        "--lengths",
+        default=",".join(map(str, real_models.LENGTHS)),
+        help="comma-separated sequence lengths (default: %(default)s)",
+    )
+    p.add_argument(
+        "--threads",
+        default="1,2",
+        help="comma-separated intra-op thread counts (default: %(default)s)",
+    )
+    p.add_argument("--rounds", type=int, default=5, help="timing rounds (default: 5)")
+    p.add_argument(
+        "--calls",
+        type=int,
+        default=None,
+        help="timed calls per runner and round (default: about a second's worth)",
+    )
+    p.add_argument(
+        "--work",
+        default=os.path.expanduser("~/.cache/my_ops/bench_models"),
+        help="folder for packages, ONNX files and inputs (default: %(default)s)",
+    )
+    p.add_argument("--no-check", action="store_true", help="exit 0 even when a target is missed")
+    args = p.parse_args(argv)
+    try:
+        models = _csv(args.models, "--models", real_models.MODELS)
+        lengths = _csv(args.lengths, "--lengths", real_models.LENGTHS, int)
+        thread_counts = _csv(args.threads, "--threads", (1, 2, 4, 8), int)
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    if args.rounds < 1 or (args.calls is not None and args.calls < 1):
+        p.error("--rounds and --calls must be >= 1")
+
+    tools = {
+        "loader": _real(os.environ.get("MY_OPS_LOADER", ""), "MY_OPS_LOADER"),
+        "sdk_app": _real(os.environ.get("MY_OPS_SDK_APP", ""), "MY_OPS_SDK_APP"),
+        "ops": _real(os.environ.get("MY_OPS_LIBRARY", ""), "MY_OPS_LIBRARY"),
+    }
+    exporter = [_real(os.environ.get("MY_OPS_EXPORT", ""), "MY_OPS_EXPORT")]
+    env = dict(os.environ)
+    for var in (real_models.MINILM_ENV, real_models.SMOLLM2_ENV):
+        env[var] = os.environ[var] = _real(os.environ.get(var, ""), var)
+    env["MY_OPS_LIBRARY"] = os.environ["MY_OPS_LIBRARY"] = tools["ops"]
+    # The model files are local: transformers must not look for a hub, nor draw progress bars.
+    env |= {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    os.environ.update(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    # The children import deploy.bench and my_ops as this process does.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
+    work = Path(os.path.join(user_cwd, args.work)).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+
+    cases = [Case(m, n) for m in models for n in lengths]
+    folders = export_packages(cases, exporter, work, env)
+    onnx = export_onnx(cases, work, env)
+    workers = {"onnxruntime": Worker(["ort"], env)}
+    for model in models:
+        workers[model] = Worker(["eager", model], env)
+    try:
+        parity = []
+        for case in cases:
+            parity += check_parity(case, folders, onnx[case], tools, workers, work)
+        print_table(
+            "parity on a held-out input, against the original model in eager PyTorch",
+            ("runner", "output", "check"),
+            parity,
+        )
+        results = []
+        for case in cases:
+            for threads in thread_counts:
+                calls = args.calls or CALLS[case.model][case.length]
+                print(
+                    f"timing {case.label} at {threads} thread(s): {args.rounds} rounds of "
+                    f"{calls} calls per runner",
+                    flush=True,
+                )
+                results.append(
+                    (
+                        case,
+                        threads,
+                        time_case(
+                            case, threads, args.rounds, calls, folders, onnx[case], tools, workers
+                        ),
+                    )
+                )
+    finally:
+        for worker in workers.values():
+            worker.close()
+    rows, missed = table(results)
+    header = (
+        "model",
+        "tokens",
+        "threads",
+        *(f"{r} ms" for r in RUNNERS),
+        "ours/ORT",
+        "ours/Inductor",
+    )
+    print_table(
+        f"per-call p50 (ms), batch 1, median of {args.rounds} rounds, {os.cpu_count()} CPUs",
+        header,
+        rows,
+    )
+    print("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
+    return 1 if missed and not args.no_check else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

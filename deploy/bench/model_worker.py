@@ -1,0 +1,134 @@
+"""Python runners of //deploy:bench_models, one long-lived process each.
+
+``python -m deploy.bench.model_worker onnx-export MODEL LENGTH OUT``
+    exports the original (unpatched) model at LENGTH to OUT with ``torch.onnx.export(...,
+    dynamo=True)``, weights inside the file.
+``python -m deploy.bench.model_worker ort`` / ``eager MODEL``
+    answers requests on standard input, one a line, so that a model is loaded once and timed in
+    many rounds between the other runners' processes:
+    ``time THREADS CALLS TARGET INPUT``  -> ``p50 X ms`` (TARGET: the .onnx file for ``ort``,
+    ``-`` for ``eager``); ``run TARGET INPUT OUTPUT`` -> ``ok`` (the output torch.save'd).
+    INPUT is a torch.save'd tuple of tensors, as the exporter's sample_input.pt.
+
+Each request pins the calling thread to the last CPU at THREADS 1 and to every CPU otherwise,
+as the driver pins the C++ runners.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import torch
+
+WARMUP = 3
+
+
+def _pin(threads: int) -> None:
+    cpus = sorted(os.sched_getaffinity(0) | _ALL)
+    os.sched_setaffinity(0, {cpus[-1]} if threads == 1 else set(cpus))
+
+
+_ALL = set(os.sched_getaffinity(0))
+
+
+def _p50(fn, calls: int) -> float:
+    for _ in range(WARMUP):
+        fn()
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+class OnnxRuntime:
+    def __init__(self) -> None:
+        import onnxruntime
+
+        self.ort = onnxruntime
+        self.sessions: dict[tuple[str, int], object] = {}
+
+    def session(self, path: str, threads: int):
+        key = (path, threads)
+        if key not in self.sessions:
+            options = self.ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.graph_optimization_level = self.ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            self.sessions[key] = self.ort.InferenceSession(
+                path, options, providers=["CPUExecutionProvider"]
+            )
+        return self.sessions[key]
+
+    def call(self, target: str, threads: int, inputs: tuple[torch.Tensor, ...]):
+        session = self.session(target, threads)
+        feed = {i.name: t.numpy() for i, t in zip(session.get_inputs(), inputs, strict=True)}
+        return lambda: session.run(None, feed)
+
+    def output(self, target: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return torch.from_numpy(self.call(target, 1, inputs)()[0])
+
+
+class Eager:
+    def __init__(self, model: str) -> None:
+        from deploy.bench import real_models
+
+        self.module = real_models.module(model, "inductor")
+
+    def call(self, target: str, threads: int, inputs: tuple[torch.Tensor, ...]):
+        torch.set_num_threads(threads)
+
+        def run():
+            with torch.inference_mode():
+                return self.module(*inputs)
+
+        return run
+
+    def output(self, target: str, inputs: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        return self.call(target, 1, inputs)()
+
+
+def serve(runner) -> None:
+    for line in sys.stdin:
+        words = line.split()
+        if words[0] == "time":
+            threads, calls, target, path = int(words[1]), int(words[2]), words[3], words[4]
+            _pin(threads)
+            fn = runner.call(target, threads, tuple(torch.load(path)))
+            print(f"p50 {_p50(fn, calls):.4f} ms", flush=True)
+        elif words[0] == "run":
+            target, path, out = words[1], words[2], words[3]
+            torch.save(runner.output(target, tuple(torch.load(path))), out)
+            print("ok", flush=True)
+        else:
+            sys.exit(f"model_worker: error: unknown request {words[0]!r}")
+
+
+def onnx_export(model: str, length: int, out: str) -> None:
+    from deploy.bench import real_models
+
+    module = real_models.module(model, "inductor")
+    tmp = f"{out}.partial"
+    with torch.no_grad():
+        torch.onnx.export(
+            module, real_models.inputs(model, length), tmp, dynamo=True, external_data=False
+        )
+    os.replace(tmp, out)
+
+
+def main(argv: list[str]) -> None:
+    if argv[0] == "onnx-export":
+        onnx_export(argv[1], int(argv[2]), argv[3])
+    elif argv[0] == "ort":
+        serve(OnnxRuntime())
+    elif argv[0] == "eager":
+        serve(Eager(argv[1]))
+    else:
+        sys.exit(f"model_worker: error: unknown command {argv[0]!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
