@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import os
 import re
 import statistics
@@ -103,23 +104,21 @@ def _check(proc: subprocess.CompletedProcess, what: str) -> str:
     return proc.stdout
 
 
-def export_packages(cases: list[Case], exporter: list[str], work: Path, env: dict) -> dict:
-    """Exports ours and Inductor's package of every case; returns {(case, variant): folder}."""
+def export_packages(
+    cases: list[Case], exporter: list[str], options: list[str], work: Path, env: dict
+) -> dict:
+    """Exports ours and Inductor's package of every case, with the exporter's `options` added;
+    returns {(case, variant): folder}."""
     folders = {}
+    # One folder per set of options, so that packages of another setting stay apart.
+    setting = hashlib.sha256("\0".join(options).encode()).hexdigest()[:12] if options else "default"
     for case in cases:
         for variant in real_models.VARIANTS:
             name = real_models.name(case.model, variant, case.length)
-            out = work / "packages" / name
+            out = work / "packages" / setting / name
             t0 = time.perf_counter()
-            cmd = [
-                *exporter,
-                "--model",
-                f"deploy.bench.real_models:{name}",
-                "--max-batch",
-                "1",
-                "--out",
-                str(out),
-            ]
+            cmd = [*exporter, "--model", f"deploy.bench.real_models:{name}", "--max-batch", "1"]
+            cmd += [*options, "--out", str(out)]
             stdout = _check(
                 subprocess.run(cmd, env=env, capture_output=True, text=True),
                 f"the export of {name}",
@@ -201,7 +200,11 @@ def check_parity(
             "" if case.model != "smollm2" else (", same token" if same_token else ", OTHER TOKEN")
         )
         rows.append(
-            (f"{case.label}, {runner}", f"cosine {cosine:.7f}{token}", "ok" if ok else "FAILED")
+            (
+                f"{case.label}, {runner}",
+                f"cosine 1 - {1 - cosine:.1e}{token}",
+                "ok" if ok else "FAILED",
+            )
         )
         if not ok:
             _fail(
@@ -349,6 +352,14 @@ def main(argv: list[str] | None = None) -> int:
         default=os.path.expanduser("~/.cache/my_ops/bench_models"),
         help="folder for packages, ONNX files and inputs (default: %(default)s)",
     )
+    p.add_argument(
+        "--export-option",
+        action="append",
+        default=[],
+        metavar="FLAG[=VALUE]",
+        help="an exporter flag for both packages of every model, e.g. "
+        "--export-option=--inductor-option=freezing=True (repeatable)",
+    )
     p.add_argument("--no-check", action="store_true", help="exit 0 even when a target is missed")
     args = p.parse_args(argv)
     try:
@@ -371,8 +382,9 @@ def main(argv: list[str] | None = None) -> int:
         env[var] = os.environ[var] = _real(os.environ.get(var, ""), var)
     env["MY_OPS_LIBRARY"] = os.environ["MY_OPS_LIBRARY"] = tools["ops"]
     # The model files are local: transformers must not look for a hub, nor draw progress bars.
-    env |= {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
-    os.environ.update(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_PROGRESS_BARS="1")
+    quiet = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+    env |= quiet
+    os.environ.update(quiet)
     # The children import deploy.bench and my_ops as this process does.
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
@@ -380,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
 
     cases = [Case(m, n) for m in models for n in lengths]
-    folders = export_packages(cases, exporter, work, env)
+    folders = export_packages(cases, exporter, args.export_option, work, env)
     onnx = export_onnx(cases, work, env)
     workers = {"onnxruntime": Worker(["ort"], env)}
     for model in models:
