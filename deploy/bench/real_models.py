@@ -26,16 +26,15 @@ Each model is an exporter factory (deploy/default_model.py's protocol) with stat
 from __future__ import annotations
 
 import copy
-import dataclasses
 import functools
 import os
 from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
 import my_ops
+from deploy.bench.static_spec import StaticSpec
 
 MODELS = ("minilm", "smollm2")
 VARIANTS = ("ours", "inductor")
@@ -173,25 +172,11 @@ def inputs(model: str, length: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
     return (torch.randint(0, _SMOLLM2_VOCAB, (1, length), generator=g),)
 
 
-@dataclasses.dataclass
-class RealSpec:
-    module: nn.Module
-    example_inputs: tuple[torch.Tensor, ...]
-    dynamic_shapes: Any = None
-    max_batch: int = 1
+def make(model: str, variant: str, length: int) -> StaticSpec:
     # float32 through 6 (encoder) or 30 (LLM) layers, fused and reordered by Inductor: the
     # encoder's unit-norm embedding keeps 1e-4; the LLM's logits (magnitude ~20) get 1e-3.
-    atol: float = 1e-4
-    rtol: float = 1e-4
-
-    def make_inputs(self, batch: int) -> tuple[torch.Tensor, ...]:
-        # Static shapes: every verify batch is the one shape.
-        return self.example_inputs
-
-
-def make(model: str, variant: str, length: int) -> RealSpec:
     tolerance = 1e-4 if model == "minilm" else 1e-3
-    return RealSpec(
+    return StaticSpec(
         module=module(model, variant),
         example_inputs=inputs(model, length),
         atol=tolerance,

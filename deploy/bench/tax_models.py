@@ -13,7 +13,6 @@ Each model is an exporter factory (deploy/default_model.py's protocol), named
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -21,6 +20,7 @@ import torch
 from torch import nn
 
 import my_ops
+from deploy.bench.static_spec import StaticSpec
 
 # The first op of each family (ops/<folder>/): identity_conv is a copy, which Inductor
 # removes from the composition altogether, so it has no tax to compare.
@@ -28,21 +28,6 @@ FAMILIES = ("fused_bias_gelu", "rms_norm", "silu_and_mul", "rotary_embedding")
 VARIANTS = ("ours", "inductor")
 SIZES = ((1, 64), (16, 256), (256, 1024), (4096, 1024))
 LAYERS = 8
-
-
-@dataclasses.dataclass
-class TaxSpec:
-    module: nn.Module
-    example_inputs: tuple[torch.Tensor, ...]
-    dynamic_shapes: Any = None
-    max_batch: int = 1
-    # A deep stack of float32 ops, each rounding differently in Inductor's fused code.
-    atol: float = 1e-3
-    rtol: float = 1e-3
-
-    def make_inputs(self, batch: int) -> tuple[torch.Tensor, ...]:
-        # Static shapes: every verify batch is the one shape.
-        return self.example_inputs
 
 
 class Stack(nn.Module):
@@ -107,9 +92,10 @@ class Stack(nn.Module):
         return h
 
 
-def make(family: str, variant: str, rows: int, hidden: int) -> TaxSpec:
+def make(family: str, variant: str, rows: int, hidden: int) -> StaticSpec:
     module = Stack(family, variant, rows, hidden)
-    return TaxSpec(module=module, example_inputs=(module.example,))
+    # A deep stack of float32 ops, each rounding differently in Inductor's fused code.
+    return StaticSpec(module=module, example_inputs=(module.example,), atol=1e-3, rtol=1e-3)
 
 
 def name(family: str, variant: str, rows: int, hidden: int) -> str:
