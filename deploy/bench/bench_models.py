@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import hashlib
 import os
 import re
@@ -36,6 +37,7 @@ from pathlib import Path
 import torch
 
 from deploy.bench import real_models
+from deploy.bench.model_worker import cpus_for
 from deploy.contract.command_line import NonEmptyValueParser
 
 RUNNERS = ("ours loader", "ours SDK", "inductor loader", "onnxruntime", "eager")
@@ -49,12 +51,11 @@ def _fail(message: str) -> None:
     sys.exit(f"bench_models: error: {message}")
 
 
-def _real(path: str, what: str) -> str:
+def _real(var: str) -> str:
+    """The real path of the file that environment variable `var` names."""
+    path = os.environ.get(var, "")
     if not path or not os.path.exists(path):
-        _fail(
-            f"{what} not found (${what}={path!r}); "
-            "run through tools/bazel run //deploy:bench_models"
-        )
+        _fail(f"${var} ({path!r}) not found; run through tools/bazel run //deploy:bench_models")
     # `bazel run` starts us in the runfiles tree, where data paths are relative links.
     return os.path.realpath(path)
 
@@ -93,8 +94,7 @@ class Worker:
 
 
 def _pin(threads: int):
-    cpus = sorted(os.sched_getaffinity(0))
-    chosen = {cpus[-1]} if threads == 1 else set(cpus)
+    chosen = cpus_for(threads, frozenset(os.sched_getaffinity(0)))
     return lambda: os.sched_setaffinity(0, chosen)
 
 
@@ -163,6 +163,12 @@ def _compare(got: torch.Tensor, want: torch.Tensor, model: str) -> tuple[float, 
     return cosine, same_token
 
 
+@functools.cache
+def _original(model: str) -> torch.nn.Module:
+    """The unpatched model, the reference of every length's parity check."""
+    return real_models.module(model, "inductor")
+
+
 def check_parity(
     case: Case, folders: dict, onnx: Path, tools: dict, workers: dict, work: Path
 ) -> list[tuple[str, ...]]:
@@ -172,7 +178,7 @@ def check_parity(
     sample.parent.mkdir(parents=True, exist_ok=True)
     torch.save(held_out, sample)
     with torch.inference_mode():
-        want = real_models.module(case.model, "inductor")(*held_out)
+        want = _original(case.model)(*held_out)
     outputs = {}
     for variant in real_models.VARIANTS:
         out = sample.with_suffix(f".{variant}.out.pt")
@@ -372,21 +378,22 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--rounds and --calls must be >= 1")
 
     tools = {
-        "loader": _real(os.environ.get("MY_OPS_LOADER", ""), "MY_OPS_LOADER"),
-        "sdk_app": _real(os.environ.get("MY_OPS_SDK_APP", ""), "MY_OPS_SDK_APP"),
-        "ops": _real(os.environ.get("MY_OPS_LIBRARY", ""), "MY_OPS_LIBRARY"),
+        "loader": _real("MY_OPS_LOADER"),
+        "sdk_app": _real("MY_OPS_SDK_APP"),
+        "ops": _real("MY_OPS_LIBRARY"),
     }
-    exporter = [_real(os.environ.get("MY_OPS_EXPORT", ""), "MY_OPS_EXPORT")]
-    env = dict(os.environ)
-    for var in (real_models.MINILM_ENV, real_models.SMOLLM2_ENV):
-        env[var] = os.environ[var] = _real(os.environ.get(var, ""), var)
-    env["MY_OPS_LIBRARY"] = os.environ["MY_OPS_LIBRARY"] = tools["ops"]
-    # The model files are local: transformers must not look for a hub, nor draw progress bars.
-    quiet = {"HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
-    env |= quiet
-    os.environ.update(quiet)
+    exporter = [_real("MY_OPS_EXPORT")]
+    # Real paths for this process (it loads the models and my_ops too) and its children. The
+    # model files are local: transformers must not look for a hub, nor draw progress bars.
+    os.environ.update(
+        {var: _real(var) for var in (real_models.MINILM_ENV, real_models.SMOLLM2_ENV)},
+        MY_OPS_LIBRARY=tools["ops"],
+        HF_HUB_OFFLINE="1",
+        HF_HUB_DISABLE_PROGRESS_BARS="1",
+        TQDM_DISABLE="1",
+    )
     # The children import deploy.bench and my_ops as this process does.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
     work = Path(os.path.join(user_cwd, args.work)).resolve()
     work.mkdir(parents=True, exist_ok=True)

@@ -25,12 +25,14 @@ import torch
 WARMUP = 3
 
 
-def _pin(threads: int) -> None:
-    cpus = sorted(os.sched_getaffinity(0) | _ALL)
-    os.sched_setaffinity(0, {cpus[-1]} if threads == 1 else set(cpus))
+# The CPUs this process may use, read before any request pins it.
+_ALL = frozenset(os.sched_getaffinity(0))
 
 
-_ALL = set(os.sched_getaffinity(0))
+def cpus_for(threads: int, cpus: frozenset[int]) -> set[int]:
+    """The CPUs a runner at `threads` intra-op threads is pinned to: the last one alone at
+    one thread, all of them otherwise (bench_models pins the C++ runners the same way)."""
+    return {max(cpus)} if threads == 1 else set(cpus)
 
 
 def _p50(fn, calls: int) -> float:
@@ -96,7 +98,7 @@ def serve(runner) -> None:
         words = line.split()
         if words[0] == "time":
             threads, calls, target, path = int(words[1]), int(words[2]), words[3], words[4]
-            _pin(threads)
+            os.sched_setaffinity(0, cpus_for(threads, _ALL))
             fn = runner.call(target, threads, tuple(torch.load(path)))
             print(f"p50 {_p50(fn, calls):.4f} ms", flush=True)
         elif words[0] == "run":

@@ -187,10 +187,13 @@ def _pairs(runner: str, cmd: list[str], env: dict, what: Path) -> list[tuple[flo
     return [(float(a), float(b)) for a, b in lines]
 
 
-def measure_cell(cell: Cell, folders: dict, timer: str, ops: str, env: dict) -> Measured:
+def measure_cell(
+    cell: Cell, folders: dict, timer: str, ops: str, env: dict, against: str = "inductor"
+) -> Measured:
+    """Ours against the cell's `against` variant (``ours`` itself for an A/A band)."""
     return measure(
         folders[(cell, "ours")],
-        folders[(cell, "inductor")],
+        folders[(cell, against)],
         ITERS.get(cell.size, 100),
         ROUNDS.get(cell.size, DEFAULT_ROUNDS),
         timer,
@@ -210,9 +213,7 @@ def measure_bands(cells_: list[Cell], folders: dict, timer: str, ops: str, env: 
         key = (cell.isa, cell.size)
         if key in bands:
             continue
-        package = folders[(cell, "ours")]
-        m = measure(package, package, ITERS.get(cell.size, 100),
-                    ROUNDS.get(cell.size, DEFAULT_ROUNDS), timer, ops, env)  # fmt: skip
+        m = measure_cell(cell, folders, timer, ops, env, against="ours")
         bands[key] = {
             runner: (min(a / b for a, b in pairs), max(a / b for a, b in pairs))
             for runner, pairs in (("C++", m.cpp), ("Python", m.py))
@@ -227,7 +228,7 @@ def band_rows(bands: dict) -> list[tuple[str, ...]]:
             "same package twice",
             f"{lo:.2f}..{hi:.2f}",
             "",
-        )  # fmt: skip
+        )
         for (isa, size), band in bands.items()
         for runner, (lo, hi) in band.items()
     ]
