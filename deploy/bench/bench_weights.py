@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> int:
                 tag = f"{model}, weights {layout}"
                 package = work / f"{model}-{len(extra)}"
                 weights = work / f"{model}-{len(extra)}-weights"
-                _export(exporter, ["--model", original, "--out", str(package), *extra], env, tag)
+                # A tuned package freezes its weights and takes no weights file.
+                base_args = ["--model", original, "--out", str(package), "--mode", "no-autotune"]
+                _export(exporter, [*base_args, *extra], env, tag)
                 args_w = ["--weights-only", "--base", str(package), "--model", retrained]
                 _export(exporter, [*args_w, "--out", str(weights)], env, f"{tag}: weights file")
                 timed = _time(timer, ops, package, weights, args.rounds, args.calls)

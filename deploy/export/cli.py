@@ -15,6 +15,7 @@ from typing import NoReturn
 from ..contract.command_line import NonEmptyValueParser
 from .cache import DEFAULT_MAX_MB
 from .cache import default_dir as default_cache_dir
+from .compile import MAX_AUTOTUNE, MODES, NO_AUTOTUNE
 from .cross import HOST_TARGET, TARGETS
 from .errors import EXIT_FAILURE, EXIT_USAGE
 from .model import DEFAULT_MODEL
@@ -36,6 +37,7 @@ class Options:
     target: str
     isa: str
     max_batch: int
+    mode: str  # compile.MODES
     inductor_options: tuple[str, ...]  # KEY=VALUE, parsed once the export has started
     c_shims: bool  # call the op library's C shims, not the ProxyExecutor (--no-c-shims)
     cache: CacheOptions | None  # None: --no-cache
@@ -74,7 +76,8 @@ def argument_parser() -> argparse.ArgumentParser:
         "manifest.json (sha256 sums the C++ loader checks).",
         epilog="Factory protocol: see deploy/default_model.py. Exit status 0 on success, "
         "2 on bad usage, 3 when --out may not be replaced (nothing is touched), 4 when "
-        "--weights-only is given a model whose architecture differs from --base's, 130 when "
+        "--weights-only is given a model whose architecture differs from --base's or a --base "
+        "whose weights are frozen into it, 130 when "
         "interrupted, 1 on any other failure (one line on stderr). An empty flag value "
         '(--signing-key "") is bad usage, never the same as leaving the flag out.',
     )
@@ -121,6 +124,19 @@ def argument_parser() -> argparse.ArgumentParser:
         type=int,
         default=16,
         help="largest batch size the package accepts (default: 16)",
+    )
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default=None,
+        help=f"what the compile spends on the package's speed. {MAX_AUTOTUNE}: freeze the "
+        "weights into the package, prepacked, and benchmark Inductor's C++ matrix-product "
+        "template against ATen's for every matrix product, keeping the faster (about twice "
+        "the export time; the tuning is cached like the rest of the compile). The package "
+        f"takes no --weights-only weights file. {NO_AUTOTUNE}: compile once with Inductor's "
+        f"defaults; the package takes weights files. Default: {MAX_AUTOTUNE} for CPU "
+        f"packages of this machine's architecture, {NO_AUTOTUNE} for --device cuda and "
+        "cross targets, which it does not apply to",
     )
     p.add_argument(
         "--inductor-option",
@@ -218,6 +234,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
             p.error(
                 f"--isa {args.isa} is for linux-x86_64; --target {args.target} uses its baseline"
             )
+    tunable = args.device == "cpu" and args.target == HOST_TARGET
+    if args.mode == MAX_AUTOTUNE and not tunable:
+        # The tuning benchmarks on the exporting machine: a cross target's package runs on
+        # another CPU, and CUDA packages are not measured with it.
+        p.error(f"--mode {MAX_AUTOTUNE} is for --device cpu packages of {HOST_TARGET}")
+    mode = args.mode or (MAX_AUTOTUNE if tunable else NO_AUTOTUNE)
     if args.cache_max_mb < 1:
         p.error("--cache-max-mb must be >= 1")
     if args.weights_only != bool(args.base):
@@ -248,6 +270,7 @@ def parse_args(argv: Sequence[str] | None) -> Options:
         target=args.target,
         isa=args.isa,
         max_batch=args.max_batch,
+        mode=mode,
         inductor_options=tuple(args.inductor_option),
         c_shims=not args.no_c_shims,
         cache=cache,

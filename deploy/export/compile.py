@@ -290,6 +290,39 @@ def inductor_options(
     return opts
 
 
+# --mode: what the compile spends on the package's speed. The names are torch.compile's.
+MAX_AUTOTUNE = "max-autotune"
+NO_AUTOTUNE = "no-autotune"
+MODES = (MAX_AUTOTUNE, NO_AUTOTUNE)
+
+# Measured on two real models at 16 to 128 tokens, 1 and 2 threads (docs/PERFORMANCE.md, "Real
+# models against ONNX Runtime"): freezing folds the weights into the program and prepacks them,
+# and with it Inductor benchmarks its C++ GEMM template against ATen's (MKL) for every matrix
+# product and keeps the faster. Freezing alone gained nothing; the template needs it. The export
+# takes about twice as long, and the weights are no longer the program's parameters, so a frozen
+# package takes no weights file (weights.py).
+_MODE_OPTIONS: dict[str, dict[str, Any]] = {
+    MAX_AUTOTUNE: {
+        "freezing": True,
+        "max_autotune": True,
+        "max_autotune_gemm_backends": "CPP,ATEN",
+    },
+    NO_AUTOTUNE: {},
+}
+
+
+def mode_options(mode: str) -> dict[str, Any]:
+    """The Inductor configs a --mode sets (--inductor-option flags come after and win)."""
+    return dict(_MODE_OPTIONS[mode])
+
+
+def frozen(options: dict[str, Any]) -> bool:
+    """Whether a compile with these inductor_configs freezes the weights into the package."""
+    import torch._inductor.config as config
+
+    return bool(options.get("freezing", config.freezing))
+
+
 _MISSING = object()
 
 

@@ -19,7 +19,12 @@ Outputs (in --out, default $BUILD_WORKSPACE_DIRECTORY/out or ./out):
 
 Weights files: --weights-only --base DIR exports the model with torch.export
 only, checks it against DIR/architecture.json and writes a weights file for
-DIR's package instead of a package (weights.py says what and why).
+DIR's package instead of a package (weights.py says what and why). A package
+whose weights are frozen into it (--mode max-autotune) takes none.
+
+Speed: --mode max-autotune, the default for CPU packages of this machine's
+architecture, freezes the weights into the package and tunes each matrix
+product (compile.py); --mode no-autotune compiles in about half the time.
 
 Keys: --generate-key DIR writes DIR/signing_key.pem (private, mode 0600) and
 DIR/public_key.pem, or neither when one of them exists. --signing-key also
@@ -87,9 +92,11 @@ from .cli import CacheOptions, Options
 from .compile import (
     COMPILE_LOG_ENV,
     cuda_home,
+    frozen,
     inductor_options,
     input_signature,
     keep_precompiled_headers,
+    mode_options,
     parse_inductor_options,
     write_cxx_wrapper,
 )
@@ -206,6 +213,7 @@ def _export(
             inductor_options(opts.device, opts.isa, cxx, input_signature(ep), cross=build.cross)
             | keep_precompiled_headers(os.path.join(toolchain, "headers") if toolchain else None)
             | {c_shims.INDUCTOR_OPTION: shims.options}
+            | mode_options(opts.mode)
             | extra_options
         )
         package_key = keys.package(options, inductor_config()) if keys else None
@@ -245,7 +253,7 @@ def _export(
         torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
         torch.save(expected, os.path.join(stage, "expected_output.pt"))
         calls = package_calls(ep, shims.calls)
-        write_architecture(stage, package, ep)
+        write_architecture(stage, package, ep, frozen=frozen(options))
         build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls)
 
         publish(stage, opts.out, work)
@@ -272,6 +280,13 @@ def _write_weights_export(
     import torch
 
     package, base_architecture = base
+    if base_architecture.get("frozen"):
+        raise ExportError(
+            "the --base package was compiled with its weights frozen into it (--mode "
+            "max-autotune, the CPU default, or --inductor-option freezing=True): a weights file "
+            "cannot update it; export the base with --mode no-autotune to update its weights",
+            EXIT_NOT_BASE_ARCHITECTURE,
+        )
     mine = architecture(ep)
     difference = first_difference(base_architecture, mine)
     if difference is not None:

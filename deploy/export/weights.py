@@ -4,6 +4,9 @@ An export writes architecture.json beside model.pt2: what a weights file for
 the package must match, which is everything of the exported program but the
 constants' values:
   graph_sha256     of the graph's code, its signature and its shape ranges;
+  frozen           whether the weights were frozen into the package (--mode
+                   max-autotune): its constants are then prepacked copies under
+                   Inductor's names, and no weights file is written for it;
   constants        each tensor the package holds as a constant (parameters,
                    buffers, tensor constants), by the name AOTInductor's
                    load_constants takes, with its dtype and shape;
@@ -229,11 +232,14 @@ def architecture(ep: Any, unconfirmed: str | None = None) -> dict[str, Any]:
     }
 
 
-def write_architecture(stage: str, package: str, ep: Any) -> None:
-    """stage/architecture.json for the program `ep`, compiled into `package`."""
+def write_architecture(stage: str, package: str, ep: Any, *, frozen: bool) -> None:
+    """stage/architecture.json for the program `ep`, compiled into `package`.
+
+    frozen: the compile folded the weights into the package (Inductor's freezing), which then
+    holds them prepacked under its own names, so that no weights file fits it."""
     unconfirmed = confirm_object_names(package, ep)
     with open(os.path.join(stage, ARCHITECTURE_FILE), "w") as f:
-        json.dump(architecture(ep, unconfirmed), f, indent=1)
+        json.dump(architecture(ep, unconfirmed) | {"frozen": frozen}, f, indent=1)
         f.write("\n")
 
 
@@ -319,6 +325,9 @@ def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any]]:
         raise ExportError(
             f"--base {folder}: {ARCHITECTURE_FILE} is not of format {ARCHITECTURE_FORMAT}"
         )
+    # Absent in packages exported before --mode, which were not frozen.
+    if not isinstance(arch.get("frozen", False), bool):
+        raise ExportError(f"--base {folder}: {ARCHITECTURE_FILE}'s frozen is not true or false")
     return package, arch
 
 

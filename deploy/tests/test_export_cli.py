@@ -88,6 +88,7 @@ _VALUE_FLAGS = [
     "--target",
     "--isa",
     "--max-batch",
+    "--mode",
     "--inductor-option",
     "--cache-dir",
     "--cache-max-mb",
@@ -179,7 +180,7 @@ def test_help(tmp_path: Path) -> None:
     assert proc.returncode == 0
     for flag in ("--out", "--device", "--model", "--isa", "--max-batch", "--signing-key",
                  "--generate-key", "--cache-dir", "--no-cache", "--cache-max-mb",
-                 "--profile-compile", "--inductor-option"):  # fmt: skip
+                 "--profile-compile", "--inductor-option", "--mode"):  # fmt: skip
         assert flag in proc.stdout
     # The --out rule: what the export may replace.
     assert "previous export" in proc.stdout
@@ -321,6 +322,51 @@ def test_inductor_options(device: str, isa: str) -> None:
     # No assert_size_stride after each custom-op call (see inductor_options).
     assert opts["size_asserts"] is False
     assert opts["aot_inductor.metadata"] == {"my_ops.inputs": signature}
+
+
+@pytest.mark.parametrize(
+    ("args", "mode"),
+    [
+        ([], "max-autotune"),
+        (["--isa", "native"], "max-autotune"),
+        (["--mode", "no-autotune"], "no-autotune"),
+        (["--device", "cuda"], "no-autotune"),
+        (["--target", "linux-aarch64"], "no-autotune"),
+        (["--target", "linux-aarch64", "--mode", "no-autotune"], "no-autotune"),
+    ],
+)
+def test_the_default_mode_tunes_cpu_packages_of_this_machine(args: list[str], mode: str) -> None:
+    from deploy.export import cli
+
+    assert cli.parse_args(args).mode == mode
+
+
+@pytest.mark.parametrize(
+    "args", [["--device", "cuda"], ["--target", "linux-aarch64"]], ids=["cuda", "aarch64"]
+)
+def test_max_autotune_is_refused_where_it_cannot_tune(tmp_path: Path, args: list[str]) -> None:
+    proc = run_export(
+        [*args, "--mode", "max-autotune", "--model", "no_such_module:f",
+         "--out", str(tmp_path / "o")],
+        tmp_path / "tmp",
+    )  # fmt: skip
+    _assert_clean_failure(proc, tmp_path, "--mode max-autotune is for --device cpu", EXIT_USAGE)
+    assert not (tmp_path / "o").exists()
+
+
+def test_max_autotune_freezes_and_tunes_the_matrix_products() -> None:
+    tuned = export_compile.mode_options("max-autotune")
+    # A misspelt key would be ignored silently by a config patch.
+    for key in tuned:
+        _config_value(key)
+    assert tuned["freezing"] is True
+    assert tuned["max_autotune"] is True
+    assert set(tuned["max_autotune_gemm_backends"].split(",")) == {"CPP", "ATEN"}
+    assert export_compile.frozen(tuned)
+    assert export_compile.mode_options("no-autotune") == {}
+    assert not export_compile.frozen({})
+    # --inductor-option comes after the mode and wins.
+    assert not export_compile.frozen(tuned | {"freezing": False})
 
 
 def test_headers_are_precompiled_only_where_they_are_kept(tmp_path: Path) -> None:

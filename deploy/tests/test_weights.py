@@ -26,6 +26,7 @@ from conftest import (
     LOADER_EXIT,
     child_env,
     error_lines,
+    package_folder,
     run_export,
     run_loader,
     writable_copy,
@@ -314,6 +315,49 @@ def test_export_refuses_a_base_whose_package_changed(default_package: Path, tmp_
     assert f"{base / 'model.pt2'} is not the package {base / 'manifest.json'} describes" in (
         proc.stderr
     )
+    assert not out.exists()
+
+
+@pytest.fixture(scope="session")
+def tuned_package() -> Path:
+    """//deploy:tuned_package: the default model exported with the exporter's default mode."""
+    return package_folder("MY_OPS_TUNED_PACKAGE", "//deploy:tuned_package")
+
+
+def test_the_default_mode_freezes_the_weights(
+    loader_bin: str, tuned_package: Path, default_package: Path, tmp_path: Path
+) -> None:
+    """The tuned package runs, matching the default model's eager outputs, and records that its
+    weights are frozen; the --mode no-autotune package records that they are not."""
+    assert json.loads((tuned_package / "architecture.json").read_text())["frozen"] is True
+    assert json.loads((default_package / "architecture.json").read_text())["frozen"] is False
+    proc = _run(loader_bin, tuned_package, None, tuned_package / "expected_output.pt", tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_export_refuses_a_frozen_base(tuned_package: Path, tmp_path: Path) -> None:
+    """Its constants are prepacked copies under Inductor's names: a weights file of the program's
+    parameters would be refused by the loader, so none is written."""
+    proc, out = _export_weights("deploy.default_model:make_model", tuned_package, tmp_path)
+    assert proc.returncode == 4, proc.stderr
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1 and lines[0].startswith("export: error: "), proc.stderr
+    assert "weights frozen into it" in lines[0] and "--mode no-autotune" in lines[0], lines[0]
+    assert not out.exists()
+    assert sorted(os.listdir(tmp_path)) == ["tmp"]
+
+
+def test_export_refuses_a_base_whose_frozen_is_not_a_boolean(
+    default_package: Path, tmp_path: Path
+) -> None:
+    base = writable_copy(default_package, tmp_path / "base")
+    arch = json.loads((base / "architecture.json").read_text())
+    (base / "architecture.json").write_text(json.dumps(arch | {"frozen": "no"}))
+    proc, out = _export_weights("deploy.default_model:make_model", base, tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert error_lines(proc.stderr) == [
+        f"export: error: --base {base}: architecture.json's frozen is not true or false"
+    ]
     assert not out.exists()
 
 
