@@ -280,13 +280,6 @@ def _write_weights_export(
     import torch
 
     package, base_architecture = base
-    if base_architecture.get("frozen"):
-        raise ExportError(
-            "the --base package was compiled with its weights frozen into it (--mode "
-            "max-autotune, the CPU default, or --inductor-option freezing=True): a weights file "
-            "cannot update it; export the base with --mode no-autotune to update its weights",
-            EXIT_NOT_BASE_ARCHITECTURE,
-        )
     mine = architecture(ep)
     difference = first_difference(base_architecture, mine)
     if difference is not None:

@@ -40,7 +40,7 @@ import os
 from typing import Any
 
 from .compile import load_contract
-from .errors import ExportError, first_line
+from .errors import EXIT_NOT_BASE_ARCHITECTURE, ExportError, first_line
 from .manifest import CUSTOM_CLASS_PREFIX, described_package
 
 ARCHITECTURE_FILE = "architecture.json"
@@ -326,8 +326,17 @@ def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any]]:
             f"--base {folder}: {ARCHITECTURE_FILE} is not of format {ARCHITECTURE_FORMAT}"
         )
     # Absent in packages exported before --mode, which were not frozen.
-    if not isinstance(arch.get("frozen", False), bool):
+    frozen = arch.get("frozen", False)
+    if not isinstance(frozen, bool):
         raise ExportError(f"--base {folder}: {ARCHITECTURE_FILE}'s frozen is not true or false")
+    if frozen:
+        # Checked here, before the model is exported: nothing it holds could change this.
+        raise ExportError(
+            "the --base package was compiled with its weights frozen into it (--mode "
+            "max-autotune, the CPU default, or --inductor-option freezing=True): a weights file "
+            "cannot update it; export the base with --mode no-autotune to update its weights",
+            EXIT_NOT_BASE_ARCHITECTURE,
+        )
     return package, arch
 
 
