@@ -306,6 +306,10 @@ _MODE_OPTIONS: dict[str, dict[str, Any]] = {
         "freezing": True,
         "max_autotune": True,
         "max_autotune_gemm_backends": "CPP,ATEN",
+        # Inductor writes a table and a JSON line to stderr for every matrix product it tunes
+        # (hundreds for an LLM), which would bury the export's one line per stage.
+        "autotune_num_choices_displayed": 0,
+        "max_autotune_report_choices_stats": False,
     },
     NO_AUTOTUNE: {},
 }

@@ -362,6 +362,9 @@ def test_max_autotune_freezes_and_tunes_the_matrix_products() -> None:
     assert tuned["freezing"] is True
     assert tuned["max_autotune"] is True
     assert set(tuned["max_autotune_gemm_backends"].split(",")) == {"CPP", "ATEN"}
+    # Quietly: no table per tuned matrix product on stderr.
+    assert tuned["autotune_num_choices_displayed"] == 0
+    assert tuned["max_autotune_report_choices_stats"] is False
     assert export_compile.frozen(tuned)
     assert export_compile.mode_options("no-autotune") == {}
     assert not export_compile.frozen({})
