@@ -332,7 +332,7 @@ def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any]]:
     if frozen:
         # Checked here, before the model is exported: nothing it holds could change this.
         raise ExportError(
-            "the --base package was compiled with its weights frozen into it (--mode "
+            f"--base {folder}: its package was compiled with its weights frozen into it (--mode "
             "max-autotune, the CPU default, or --inductor-option freezing=True): a weights file "
             "cannot update it; export the base with --mode no-autotune to update its weights",
             EXIT_NOT_BASE_ARCHITECTURE,

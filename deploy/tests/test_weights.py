@@ -342,6 +342,7 @@ def test_export_refuses_a_frozen_base(tuned_package: Path, tmp_path: Path) -> No
     assert proc.returncode == 4, proc.stderr
     lines = error_lines(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("export: error: "), proc.stderr
+    assert lines[0].startswith(f"export: error: --base {tuned_package}: "), lines[0]
     assert "weights frozen into it" in lines[0] and "--mode no-autotune" in lines[0], lines[0]
     assert not out.exists()
     assert sorted(os.listdir(tmp_path)) == ["tmp"]
