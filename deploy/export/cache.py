@@ -28,6 +28,13 @@ sha256 before use; a mismatch is a miss. The size bound is kept at the end of
 each export: the least recently used entries go first, those the export just
 used are kept. While another export holds the cache, eviction waits for a later
 run rather than delete what that export is reading.
+
+AOTInductor writes each compile's wrapper, kernels and weights to a folder of
+its own under Inductor's cache before zipping them into the package, and never
+reads that folder again: for a 30-layer LLM it is about 1 GB per compile. Those
+folders are removed at the same point, whatever the bound, so the toolchain
+entry an export is using cannot outgrow it (the small kernels Inductor compiles
+to benchmark its tuning choices stay: a later compile reuses them).
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ DEFAULT_MAX_MB = 4096
 
 _STAMP = ".last_used"
 _TMP_PREFIX = ".tmp-"
+# The file that marks one of AOTInductor's per-compile output folders.
+_AOTI_WRAPPER_SUFFIX = ".wrapper.cpp"
 
 
 def default_dir() -> str:
@@ -223,7 +232,7 @@ class Cache:
         Needs the exclusive lock: no other export is running, so any temporary
         folder left is from one that was killed. Returns what was deleted.
         """
-        removed = []
+        removed = self._remove_compile_outputs()
         sizes = {}
         for path in self.entries():
             if os.path.basename(path).startswith(_TMP_PREFIX):
@@ -240,6 +249,24 @@ class Cache:
             shutil.rmtree(path, ignore_errors=True)
             total -= sizes[path]
             removed.append(path)
+        return removed
+
+    def _remove_compile_outputs(self) -> list[str]:
+        """AOTInductor's per-compile folders under every toolchain entry (see the module doc)."""
+        removed = []
+        toolchains = os.path.join(self.root, "toolchains")
+        with contextlib.suppress(OSError):
+            for key in sorted(os.listdir(toolchains)):
+                inductor = os.path.join(toolchains, key, "inductor")
+                with contextlib.suppress(OSError):
+                    for name in sorted(os.listdir(inductor)):
+                        path = os.path.join(inductor, name)
+                        if not os.path.isdir(path) or os.path.islink(path):
+                            continue
+                        with contextlib.suppress(OSError):
+                            if any(f.endswith(_AOTI_WRAPPER_SUFFIX) for f in os.listdir(path)):
+                                shutil.rmtree(path, ignore_errors=True)
+                                removed.append(path)
         return removed
 
 

@@ -176,3 +176,47 @@ def test_an_unusable_cache_folder_fails_on_enter(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(OSError):
         Cache(str(blocker / "c")).__enter__()
+
+
+def _aoti_output(inductor: Path, name: str, size: int) -> Path:
+    """A folder shaped like AOTInductor's output for one compile."""
+    folder = inductor / name
+    folder.mkdir(parents=True)
+    (folder / "cwrapper.wrapper.cpp").write_text("// wrapper")
+    (folder / "cwrapper.wrapper.so").write_bytes(b"\0" * size)
+    (folder / "cwrapper").mkdir()
+    (folder / "cwrapper" / "constants.bin").write_bytes(b"\0" * size)
+    return folder
+
+
+def test_compile_outputs_go_even_from_the_toolchain_in_use(tmp_path):
+    root = tmp_path / "c"
+    with Cache(str(root)) as cache:  # far under the bound
+        toolchain = Path(cache.toolchain_dir({"op_library_sha256": "aa"}))
+        inductor = toolchain / "inductor"
+        output = _aoti_output(inductor, "cplt3mrccnmf3lzb", 100_000)
+        # A kernel Inductor compiled to benchmark a tuning choice: reused later.
+        kernel = inductor / "kw" / "ckwcmm72.main.so"
+        kernel.parent.mkdir()
+        kernel.write_bytes(b"\0" * 1000)
+        (inductor / "fxgraph").mkdir()
+        (inductor / "fxgraph" / "entry").write_bytes(b"\0" * 10)
+    assert not output.exists()
+    assert kernel.exists()
+    assert (inductor / "fxgraph" / "entry").exists()
+    assert (toolchain / "key.json").exists()
+
+
+def test_compile_outputs_stay_while_another_export_holds_the_cache(tmp_path):
+    root = tmp_path / "c"
+    other = Cache(str(root))
+    other.__enter__()
+    try:
+        with Cache(str(root)) as cache:
+            inductor = Path(cache.toolchain_dir({"op_library_sha256": "aa"}), "inductor")
+            # The other export's compile, still being zipped into its package.
+            output = _aoti_output(inductor, "cbusy", 10)
+        assert output.exists()
+    finally:
+        other.__exit__(None, None, None)
+    assert not output.exists()
