@@ -28,7 +28,12 @@ class CacheKeys:
     exporter_sha256: str
     """This exporter's own sources, which decide how the package is put together."""
 
-    def package(self, options: dict[str, Any], inductor_config: dict[str, Any]) -> str:
+    def package(
+        self,
+        options: dict[str, Any],
+        inductor_config: dict[str, Any],
+        cpp_gemm_template_first: bool = False,
+    ) -> str:
         # cpp.cxx is a path inside the toolchain folder; the toolchain key
         # already covers the compiler behind it.
         # Dict options keyed by objects (custom_ops_to_c_shims: OpOverload -> declarations)
@@ -44,6 +49,7 @@ class CacheKeys:
                 "toolchain": digest(self.toolchain),
                 "options": mine,
                 "inductor_config": inductor_config,
+                "cpp_gemm_template_first": cpp_gemm_template_first,
                 "program": self.program_sha256,
                 "exporter": self.exporter_sha256,
             }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import json
 import os
@@ -10,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 from ..contract.package_contract import Contract, ContractError
@@ -297,10 +299,10 @@ MODES = (MAX_AUTOTUNE, NO_AUTOTUNE)
 
 # Measured on two real models at 16 to 128 tokens, 1 and 2 threads (docs/PERFORMANCE.md, "Real
 # models against ONNX Runtime"): freezing folds the weights into the program and prepacks them,
-# and with it Inductor benchmarks its C++ GEMM template against ATen's (MKL) for every matrix
-# product and keeps the faster. Freezing alone gained nothing; the template needs it. The export
-# takes about twice as long, and the weights are no longer the program's parameters, so a frozen
-# package takes no weights file (weights.py).
+# which Inductor's C++ GEMM template needs; freezing alone gained nothing. The export takes about
+# twice as long, and the weights are no longer the program's parameters, so a frozen package
+# takes no weights file (weights.py). ATen stays a candidate for the matrix products the template
+# does not take (see prefer_cpp_gemm_template).
 _MODE_OPTIONS: dict[str, dict[str, Any]] = {
     MAX_AUTOTUNE: {
         "freezing": True,
@@ -318,6 +320,42 @@ _MODE_OPTIONS: dict[str, dict[str, Any]] = {
 def mode_options(mode: str) -> dict[str, Any]:
     """The Inductor configs a --mode sets (--inductor-option flags come after and win)."""
     return dict(_MODE_OPTIONS[mode])
+
+
+def prefers_cpp_gemm_template(mode: str) -> bool:
+    """Whether a --mode compiles with prefer_cpp_gemm_template (part of the cache key)."""
+    return mode == MAX_AUTOTUNE
+
+
+@contextlib.contextmanager
+def prefer_cpp_gemm_template(enabled: bool) -> Iterator[None]:
+    """While compiling: where Inductor's C++ GEMM template takes a matrix product, it alone is
+    benchmarked (its blockings against each other); ATen's kernel only where it does not.
+
+    Inductor times each candidate by repeating one product on one weight, which then sits in the
+    cache; in a model every product reads its weights from memory, once per call. There ATen won
+    the timing of the fused gate and up projections of a 30-layer LLM at 64 tokens and lost the
+    model: 321 ms per call against 203 ms with the template everywhere, at 1 thread. Leaving ATen
+    out of the backends instead would fail the compile of any product the template cannot take
+    (one without a constant weight).
+    """
+    if not enabled:
+        yield
+        return
+    from torch._inductor import select_algorithm
+    from torch._inductor.codegen.cpp_template_kernel import CppTemplateCaller
+
+    def templates_where_they_apply(choices: list[Any]) -> list[Any]:
+        templates = [c for c in choices if isinstance(c, CppTemplateCaller)]
+        return templates or choices
+
+    selector = select_algorithm.get_algorithm_selector_cache()
+    selector.add_preprocessing_fn(templates_where_they_apply)
+    try:
+        yield
+    finally:
+        # Only ours: a caller's own preprocessing functions stay registered.
+        selector.preprocessing_fns.remove(templates_where_they_apply)
 
 
 def frozen(options: dict[str, Any]) -> bool:

@@ -98,6 +98,8 @@ from .compile import (
     keep_precompiled_headers,
     mode_options,
     parse_inductor_options,
+    prefer_cpp_gemm_template,
+    prefers_cpp_gemm_template,
     write_cxx_wrapper,
 )
 from .errors import EXIT_NOT_BASE_ARCHITECTURE, EXIT_USAGE, ExportError, first_line
@@ -216,7 +218,10 @@ def _export(
             | mode_options(opts.mode)
             | extra_options
         )
-        package_key = keys.package(options, inductor_config()) if keys else None
+        gemm_template_first = prefers_cpp_gemm_template(opts.mode)
+        package_key = (
+            keys.package(options, inductor_config(), gemm_template_first) if keys else None
+        )
         cached = cache.get_package(package_key) if cache and package_key else None
         log = os.path.join(work, "compile.log")
         with _stage("compile", times, lambda: _cache_note(cache, cached)):
@@ -226,7 +231,7 @@ def _export(
             else:
                 if opts.profile_compile:
                     os.environ[COMPILE_LOG_ENV] = log
-                with c_shims.lowering(shims):
+                with c_shims.lowering(shims), prefer_cpp_gemm_template(gemm_template_first):
                     build.compile(ep, package, options, work)
                 if opts.profile_compile:
                     del os.environ[COMPILE_LOG_ENV]

@@ -372,6 +372,44 @@ def test_max_autotune_freezes_and_tunes_the_matrix_products() -> None:
     assert not export_compile.frozen(tuned | {"freezing": False})
 
 
+def test_the_cpp_gemm_template_alone_is_tuned_where_it_applies() -> None:
+    from torch._inductor import select_algorithm
+    from torch._inductor.codegen.cpp_template_kernel import CppTemplateCaller
+
+    # Bare instances: the filter looks at the kind of candidate only.
+    template_a = object.__new__(CppTemplateCaller)
+    template_b = object.__new__(CppTemplateCaller)
+    aten = object.__new__(select_algorithm.ExternKernelCaller)
+    selector = select_algorithm.get_algorithm_selector_cache()
+
+    def filtered(choices: list) -> list:
+        for fn in selector.preprocessing_fns:
+            choices = fn(choices)
+        return choices
+
+    def callers_own(choices: list) -> list:
+        return choices
+
+    selector.add_preprocessing_fn(callers_own)
+    try:
+        before = list(selector.preprocessing_fns)
+        assert export_compile.prefers_cpp_gemm_template("max-autotune")
+        assert not export_compile.prefers_cpp_gemm_template("no-autotune")
+        with export_compile.prefer_cpp_gemm_template(True):
+            assert filtered([aten, template_a, template_b]) == [template_a, template_b]
+            # A product the template cannot take keeps ATen, rather than failing the compile.
+            assert filtered([aten]) == [aten]
+        with export_compile.prefer_cpp_gemm_template(False):
+            assert filtered([aten, template_a]) == [aten, template_a]
+        # Gone after the compile, even one that failed; the caller's own function stays.
+        with pytest.raises(RuntimeError), export_compile.prefer_cpp_gemm_template(True):
+            raise RuntimeError("compile failed")
+        assert selector.preprocessing_fns == before
+        assert filtered([aten, template_a]) == [aten, template_a]
+    finally:
+        selector.preprocessing_fns.remove(callers_own)
+
+
 def test_headers_are_precompiled_only_where_they_are_kept(tmp_path: Path) -> None:
     from torch._inductor import codecache
 
