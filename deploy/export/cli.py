@@ -130,8 +130,9 @@ def argument_parser() -> argparse.ArgumentParser:
         choices=MODES,
         default=None,
         help=f"what the compile spends on the package's speed. {MAX_AUTOTUNE}: freeze the "
-        "weights into the package, prepacked, and benchmark Inductor's C++ matrix-product "
-        "template against ATen's for every matrix product, keeping the faster (about twice "
+        "weights into the package, prepacked, and compile every matrix product with a weight "
+        "with Inductor's C++ matrix-product template, its blockings benchmarked on this "
+        "machine (ATen's kernel serves the products the template does not take; up to twice "
         "the export time; the tuning is cached like the rest of the compile). The package "
         f"takes no --weights-only weights file. {NO_AUTOTUNE}: compile once with Inductor's "
         f"defaults; the package takes weights files. Default: {MAX_AUTOTUNE} for CPU "

@@ -23,8 +23,9 @@ DIR's package instead of a package (weights.py says what and why). A package
 whose weights are frozen into it (--mode max-autotune) takes none.
 
 Speed: --mode max-autotune, the default for CPU packages of this machine's
-architecture, freezes the weights into the package and tunes each matrix
-product (compile.py); --mode no-autotune compiles in about half the time.
+architecture, freezes the weights into the package and compiles each matrix
+product with a weight with Inductor's C++ GEMM template, its blockings tuned
+on this machine (compile.py); --mode no-autotune compiles in about half the time.
 
 Keys: --generate-key DIR writes DIR/signing_key.pem (private, mode 0600) and
 DIR/public_key.pem, or neither when one of them exists. --signing-key also
