@@ -59,11 +59,12 @@ _NEEDS = {
         env = {"MY_OPS_TEST_PUBLIC_KEY": "$(rootpath tests/testdata/public_key.pem)"},
         deps = [],
     ),
-    # The exporter, which the tests import or run as python -m deploy.export.
+    # The exporter, which the tests import (deploy.export, deploy.exporter) or run as
+    # python -m deploy.exporter.
     "exporter": struct(
         data = [],
         env = {},
-        deps = ["//deploy/export:exporter"],
+        deps = ["//deploy"],
     ),
     # linux-aarch64 programs under qemu-aarch64: the arm64 sysroot, aarch64
     # LibTorch, the cross-built loader and op library, and the aarch64
@@ -71,8 +72,8 @@ _NEEDS = {
     "aarch64": struct(
         data = [
             "//deploy:bundle_linux_aarch64_loader",
-            "//deploy/export:linux_aarch64_compiler",
-            "//deploy/export:linux_aarch64_ops",
+            "//deploy/exporter:linux_aarch64_compiler",
+            "//deploy/exporter:linux_aarch64_ops",
             "//tools/cc:cxx_toolchain",
             "@debian_bookworm_arm64_sysroot//:all_files",
             "@libtorch_aarch64//:runtime_libraries",
@@ -82,7 +83,7 @@ _NEEDS = {
         env = {
             "AARCH64_LIBTORCH_LIB": "$(rootpath {})".format(_AARCH64_LIBTORCH_LIB),
             "AARCH64_LOADER": "$(rootpath //deploy:bundle_linux_aarch64_loader)",
-            "AARCH64_OPS_LIBRARY": "$(rootpath //deploy/export:linux_aarch64_ops)",
+            "AARCH64_OPS_LIBRARY": "$(rootpath //deploy/exporter:linux_aarch64_ops)",
             "AARCH64_SYSROOT_LD": "$(rootpath {})".format(_AARCH64_LD),
         },
         deps = ["//deploy/qemu"],
@@ -114,8 +115,8 @@ def deploy_pytest(
         (//deploy:signed_package: MY_OPS_SIGNED_PACKAGE; implies "loader" and
         "signing_keys"), "signing_keys" (the test key pair in tests/testdata:
         MY_OPS_TEST_PUBLIC_KEY), "weights" (//deploy:retrained_weights:
-        MY_OPS_RETRAINED_WEIGHTS; implies "package"), "exporter" (the
-        deploy.export package) and
+        MY_OPS_RETRAINED_WEIGHTS; implies "package"), "exporter" (deploy.export
+        and the deploy.exporter package) and
         "aarch64" (qemu, the arm64 sysroot, aarch64 LibTorch, loader, op
         library and toolchain: AARCH64_*).
       size: the test size.

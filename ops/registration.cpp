@@ -31,7 +31,7 @@ namespace {
 //
 // <op>_out is the out= companion of <op>: the same arguments and a caller's `out`, which it
 // fills and returns. An exporter lowers each call of <op> in a package to its companion
-// (deploy/export/c_shims.py), so that Inductor allocates the output and reuses the buffer from
+// (deploy/exporter/c_shims.py), so that Inductor allocates the output and reuses the buffer from
 // call to call, as it does for its own kernels, instead of the op allocating a fresh one each
 // time. The companion is a separate op rather than an ".out" overload because AOTInductor names
 // a C shim after the op alone: an overload would share <op>'s shim name. Companions have CPU

@@ -46,9 +46,10 @@ _NATIVE_FOLDER = "my_ops/lib"
 # Files -> their folder in the wheel.
 _SOURCES = {
     "//deploy:default_model.py": "my_ops/deploy",
+    "//deploy:deploy": "my_ops/deploy",
     "//deploy/bundle:wheel_files": "my_ops/deploy/bundle",
     "//deploy/contract:wheel_files": "my_ops/deploy/contract",
-    "//deploy/export:exporter": "my_ops/deploy/export",
+    "//deploy/exporter:exporter": "my_ops/deploy/exporter",
     "//deploy/loader:launch.py": "my_ops/deploy/loader",
     "//python:my_ops_files": "",
 }
@@ -89,7 +90,7 @@ def my_ops_wheel(name, platform_tag, version, requires, platform = None, **kwarg
         python_requires = ">=3.10",
         console_scripts = {
             "my-ops-bundle": "my_ops.deploy.bundle.make_bundle:main",
-            "my-ops-export": "my_ops.deploy.export.__main__:console_main",
+            "my-ops-export": "my_ops.deploy.exporter.__main__:console_main",
             "my-ops-run": "my_ops.deploy.loader.launch:main",
         },
         strip_path_prefixes = ["{}/{}_files/".format(native.package_name(), name)],

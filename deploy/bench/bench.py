@@ -290,7 +290,7 @@ def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
 
 def _exporter() -> list[str]:
     exe = os.environ.get("MY_OPS_EXPORT")
-    return [os.path.realpath(exe)] if exe else [sys.executable, "-m", "deploy.export"]
+    return [os.path.realpath(exe)] if exe else [sys.executable, "-m", "deploy.exporter"]
 
 
 def _tax_tables(

@@ -37,11 +37,11 @@ class ExportRun:
 
 def export_command() -> list[str]:
     """The exporter as `bazel run` starts it (the py_binary's launcher, $MY_OPS_EXPORT),
-    else python -m deploy.export."""
+    else python -m deploy.exporter."""
     launcher = Path(os.path.abspath(os.environ.get("MY_OPS_EXPORT", "")))
     if os.environ.get("MY_OPS_EXPORT") and launcher.is_file() and os.access(launcher, os.X_OK):
         return [str(launcher)]
-    return [sys.executable, "-m", "deploy.export"]
+    return [sys.executable, "-m", "deploy.exporter"]
 
 
 def run_export(name: str, command: list[str], env: dict[str, str]) -> ExportRun:

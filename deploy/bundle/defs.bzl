@@ -70,7 +70,7 @@ export_package = rule(
             executable = True,
             cfg = "target",
             mandatory = True,
-            doc = "The exporter binary, e.g. //deploy/export:export.",
+            doc = "The exporter binary, e.g. //deploy/exporter:export.",
         ),
         "signing_key": attr.label(
             allow_single_file = True,
@@ -115,7 +115,7 @@ export_weights = rule(
         ),
         # The target configuration, as export_package's.
         "exporter": attr.label(
-            default = "//deploy/export:export_linux_x86_64",
+            default = "//deploy/exporter:export_linux_x86_64",
             executable = True,
             cfg = "target",
             doc = "The exporter binary.",
@@ -164,7 +164,7 @@ signed_copy = rule(
         # The target configuration, as export_package's: in the exec one the
         # exporter's op library would be built a second time.
         "exporter": attr.label(
-            default = "//deploy/export:export_linux_x86_64",
+            default = "//deploy/exporter:export_linux_x86_64",
             executable = True,
             cfg = "target",
             doc = "The exporter whose --sign writes manifest.sig.",

@@ -19,7 +19,7 @@
 
 namespace my_ops::loader {
 
-// The format this loader reads, the one the exporter writes (deploy/export/manifest.py).
+// The format this loader reads, the one the exporter writes (deploy/exporter/manifest.py).
 using contract::kManifestFormat;
 // Manifests are a few hundred bytes; the cap keeps a hostile file from costing more than a read.
 constexpr size_t kMaxManifestBytes = 1 << 20;

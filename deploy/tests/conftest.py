@@ -4,7 +4,7 @@ Environment (set by the Bazel py_test rules; set them by hand otherwise):
   MY_OPS_LIBRARY  path to libmy_ops.so (also read by the my_ops package)
   MY_OPS_LOADER   path to the C++ loader binary
   MY_OPS_EXPORT   optional: export executable; default runs python -m
-                  deploy.export with this interpreter
+                  deploy.exporter with this interpreter
   LIBTORCH_LIB    optional: LibTorch lib folder (or a file in it) for the
                   copied-loader and bundle tests; default: what the loader uses
   MY_OPS_DEFAULT_PACKAGE  the files of //deploy:default_package (space
@@ -116,7 +116,7 @@ def loader_bin() -> str:
 
 def child_env(tmpdir: Path | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    # Subprocesses must import my_ops, deploy.export and the test helpers
+    # Subprocesses must import my_ops, deploy.exporter and the test helpers
     # (bad_models for --model) exactly as we do.
     paths = [str(TESTS_DIR)] + [p for p in sys.path if p]
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -134,7 +134,7 @@ def export_command() -> list[str]:
     exe = os.environ.get("MY_OPS_EXPORT")
     if exe:
         return [absolute_from_env(exe)]
-    return [sys.executable, "-m", "deploy.export"]
+    return [sys.executable, "-m", "deploy.exporter"]
 
 
 def run_export(

@@ -25,7 +25,7 @@ from conftest import LOADER_EXIT, absolute_from_env, error_lines, package_folder
 from elftools.elf.elffile import ELFFile
 
 import my_ops
-from deploy.export import c_shims
+from deploy.exporter import c_shims
 
 PROXY_EXECUTOR_CALL = "aoti_torch_proxy_executor_call_function"
 

@@ -18,12 +18,16 @@ from pathlib import Path
 import pytest
 
 from deploy.contract import package_contract
-from deploy.export import manifest as export_manifest
-from deploy.export.errors import ExportError
+from deploy.contract.package_contract import CpuFeature
+from deploy.exporter import cpu_features as export_cpu
+from deploy.exporter import manifest as export_manifest
+from deploy.exporter.errors import ExportError
+from deploy.exporter.hashing import sha256_file
+from deploy.exporter.program_calls import PackageCalls
 
 CROSS_CXX = "aarch64-linux-gnu-g++-12"
 # A package that calls no custom op or class (the manifest's "ops" and "classes" are empty).
-NO_CALLS = export_manifest.PackageCalls(ops=(), classes=())
+NO_CALLS = PackageCalls(ops=(), classes=())
 # gcc 12 for aarch64 defines every __ARM_FEATURE_* macro of the table with these.
 AARCH64_EVERYTHING = (
     "armv8.6-a+crypto+sha3+sm4+fp16fml+sve2-bitperm+sve2-aes+sve2-sha3+sve2-sm4"
@@ -53,8 +57,8 @@ def _host_x86_cxx() -> str:
     return cxx
 
 
-def _rows(target: str) -> list[export_manifest.CpuFeature]:
-    return [row for row in export_manifest.read_cpu_features() if row.target == target]
+def _rows(target: str) -> list[CpuFeature]:
+    return [row for row in export_cpu.read_cpu_features() if row.target == target]
 
 
 def test_every_row_and_macro_of_the_contract_is_read() -> None:
@@ -62,20 +66,20 @@ def test_every_row_and_macro_of_the_contract_is_read() -> None:
     # the loader and never asked for by the exporter.
     raw = json.loads(Path(package_contract.CONTRACT_PATH).read_text())["targets"]
     raw_rows = [row for t in raw.values() for row in t["cpu_levels"] + t["cpu_features"]]
-    rows = export_manifest.read_cpu_features()
+    rows = export_cpu.read_cpu_features()
     assert len(rows) == len(raw_rows)
     assert {row.macro for row in rows if row.macro} == {
         r["macro"] for r in raw_rows if "macro" in r
     }
-    assert set(export_manifest.target_macros()) == set(raw) == {"linux-x86_64", "linux-aarch64"}
+    assert set(export_cpu.target_macros()) == set(raw) == {"linux-x86_64", "linux-aarch64"}
 
 
 def test_levels_are_the_ones_export_writes() -> None:
-    assert export_manifest.cpu_levels("linux-x86_64") == ["x86-64-v2", "x86-64-v3", "x86-64-v4"]
-    assert export_manifest.cpu_levels("linux-aarch64") == ["armv8-a"]
-    from deploy.export.compile import MARCH
+    assert export_cpu.cpu_levels("linux-x86_64") == ["x86-64-v2", "x86-64-v3", "x86-64-v4"]
+    assert export_cpu.cpu_levels("linux-aarch64") == ["armv8-a"]
+    from deploy.exporter.compile import MARCH
 
-    assert set(MARCH.values()) - {"native"} <= set(export_manifest.cpu_levels("linux-x86_64"))
+    assert set(MARCH.values()) - {"native"} <= set(export_cpu.cpu_levels("linux-x86_64"))
 
 
 def test_manifest_format_is_the_contracts() -> None:
@@ -83,32 +87,32 @@ def test_manifest_format_is_the_contracts() -> None:
 
 
 def test_armv8_a_needs_fp_and_asimd_only() -> None:
-    features = export_manifest.cpu_features(_cross_cxx(), "armv8-a", "linux-aarch64")
+    features = export_cpu.cpu_features(_cross_cxx(), "armv8-a", "linux-aarch64")
     assert features == ["asimd", "fp"]
 
 
 def test_armv8_2_a_with_dotprod_needs_asimddp() -> None:
-    features = export_manifest.cpu_features(_cross_cxx(), "armv8.2-a+dotprod", "linux-aarch64")
+    features = export_cpu.cpu_features(_cross_cxx(), "armv8.2-a+dotprod", "linux-aarch64")
     assert {"asimd", "fp", "asimddp", "asimdrdm", "atomics", "crc32"} <= set(features)
     assert "sve" not in features
 
 
 def test_gcc_defines_every_aarch64_macro_of_the_table() -> None:
     # A misspelt macro would never be defined, and its feature never asked for.
-    features = export_manifest.cpu_features(_cross_cxx(), AARCH64_EVERYTHING, "linux-aarch64")
+    features = export_cpu.cpu_features(_cross_cxx(), AARCH64_EVERYTHING, "linux-aarch64")
     assert sorted(row.name for row in _rows("linux-aarch64") if row.macro) == features
 
 
 def test_gcc_defines_every_x86_macro_of_the_table() -> None:
-    features = export_manifest.cpu_features(_host_x86_cxx(), X86_EVERYTHING, "linux-x86_64")
+    features = export_cpu.cpu_features(_host_x86_cxx(), X86_EVERYTHING, "linux-x86_64")
     assert sorted(row.name for row in _rows("linux-x86_64") if row.macro) == features
 
 
 def test_a_compiler_for_another_target_is_refused() -> None:
     with pytest.raises(ExportError, match="does not compile for linux-x86_64"):
-        export_manifest.cpu_features(_cross_cxx(), "armv8-a", "linux-x86_64")
+        export_cpu.cpu_features(_cross_cxx(), "armv8-a", "linux-x86_64")
     with pytest.raises(ExportError, match="unknown target 'linux-riscv64'"):
-        export_manifest.cpu_features(_cross_cxx(), "armv8-a", "linux-riscv64")
+        export_cpu.cpu_features(_cross_cxx(), "armv8-a", "linux-riscv64")
 
 
 @pytest.fixture
@@ -143,7 +147,7 @@ def test_manifest_for_aarch64(files: tuple[Path, Path], tmp_path: Path) -> None:
     assert manifest["isa"] == "armv8-a"
     assert manifest["cpu_features"] == ["asimd", "fp"]
     assert manifest["op_libraries"] == [
-        {"file": "libmy_ops.so", "sha256": export_manifest.sha256_file(str(library))}
+        {"file": "libmy_ops.so", "sha256": sha256_file(str(library))}
     ]
     assert manifest["ops"] == [] and manifest["classes"] == []
     assert not (stage / "manifest.sig").exists()
@@ -188,7 +192,7 @@ def test_a_level_the_loader_cannot_check_is_refused(files: tuple[Path, Path]) ->
 
 def test_manifest_names_what_the_package_calls(files: tuple[Path, Path]) -> None:
     package, library = files
-    calls = export_manifest.PackageCalls(
+    calls = PackageCalls(
         ops=(("my_ops::f", "my_ops::f(Tensor x) -> Tensor"),),
         classes=(
             ("my_ops::C", (("forward", "forward(__torch__.torch.classes.my_ops.C _0) -> ()"),)),

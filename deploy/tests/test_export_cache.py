@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.export.cache import Cache, default_dir, digest
+from deploy.exporter.cache import Cache, default_dir, digest
 
 
 def _package(path: Path, content: bytes) -> str:

@@ -10,7 +10,8 @@ import pytest
 from conftest import error_lines, run_export, writable_copy
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from deploy.export import compile as export_compile
+from deploy.exporter import compile as export_compile
+from deploy.exporter.environment import ScopedEnvironment
 
 # export --help: "Exit status 0 on success, 2 on bad usage, 3 when --out may not
 # be replaced (nothing is touched), 130 when interrupted, 1 on any other failure".
@@ -113,7 +114,7 @@ def test_an_empty_flag_value_is_a_usage_error(tmp_path: Path, flag: str, inline:
 
 
 def test_every_flag_that_takes_a_value_is_checked_for_an_empty_one() -> None:
-    from deploy.export import cli
+    from deploy.exporter import cli
 
     taking = sorted(
         a.option_strings[0]
@@ -336,7 +337,7 @@ def test_inductor_options(device: str, isa: str) -> None:
     ],
 )
 def test_the_default_mode_tunes_cpu_packages_of_this_machine(args: list[str], mode: str) -> None:
-    from deploy.export import cli
+    from deploy.exporter import cli
 
     assert cli.parse_args(args).mode == mode
 
@@ -414,19 +415,19 @@ def test_headers_are_precompiled_only_where_they_are_kept(tmp_path: Path) -> Non
     from torch._inductor import codecache
 
     saved = codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR
-    try:
-        assert export_compile.keep_precompiled_headers(None) == {
+    with ScopedEnvironment() as env:
+        assert export_compile.keep_precompiled_headers(None, env) == {
             "aot_inductor.precompile_headers": False
         }
         kept = str(tmp_path / "headers")
-        assert export_compile.keep_precompiled_headers(kept) == {
+        assert export_compile.keep_precompiled_headers(kept, env) == {
             "aot_inductor.precompile_headers": True
         }
         # Where Inductor's _precompile_header writes them.
         assert codecache._HEADER_DIR == kept
         assert codecache._HEADER_LOCK_DIR.startswith(kept)
-    finally:
-        codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR = saved
+    # The export's setting ends with it.
+    assert (codecache._HEADER_DIR, codecache._HEADER_LOCK_DIR) == saved
 
 
 def _exported(module, inputs, dynamic_shapes=None):
@@ -468,3 +469,42 @@ def test_input_signature_is_none_for_a_dtype_the_loader_does_not_know() -> None:
 
     ep = _exported(Identity(), (torch.zeros(2, dtype=torch.complex64),))
     assert export_compile.input_signature(ep) is None
+
+
+def test_a_scoped_environment_puts_back_what_the_export_changed(monkeypatch) -> None:
+    import logging
+    import tempfile
+    import types
+
+    monkeypatch.setenv("MY_OPS_SCOPED_SET", "before")
+    monkeypatch.delenv("MY_OPS_SCOPED_ABSENT", raising=False)
+    monkeypatch.setenv("MY_OPS_SCOPED_UNSET", "here")
+    holder = types.SimpleNamespace(kept=1)
+    logger = logging.getLogger("my_ops.scoped_environment_test")
+    logger.setLevel(logging.INFO)
+    tempdir = tempfile.tempdir
+    order: list[str] = []
+    with pytest.raises(RuntimeError), ScopedEnvironment() as env:
+        env.on_restore(lambda: order.append("last"))
+        env.set_env("MY_OPS_SCOPED_SET", "during")
+        env.set_env("MY_OPS_SCOPED_SET", "again")
+        env.set_env("MY_OPS_SCOPED_ABSENT", "during")
+        env.unset_env("MY_OPS_SCOPED_UNSET")
+        env.set_tempdir("/nonexistent/scoped")
+        env.set_attribute(holder, "kept", 2)
+        env.set_attribute(holder, "added", 3)
+        env.quiet_logger(logger.name)
+        env.on_restore(lambda: order.append("first:" + os.environ["MY_OPS_SCOPED_SET"]))
+        assert os.environ["MY_OPS_SCOPED_SET"] == "again"
+        assert "MY_OPS_SCOPED_UNSET" not in os.environ
+        assert os.environ["TMPDIR"] == tempfile.tempdir == "/nonexistent/scoped"
+        assert (holder.kept, holder.added, logger.level) == (2, 3, logging.ERROR)
+        raise RuntimeError("the export failed")
+    # Undone in reverse order, even after a failure: a callback sees the changes made before it.
+    assert order == ["first:again", "last"]
+    assert os.environ["MY_OPS_SCOPED_SET"] == "before"
+    assert "MY_OPS_SCOPED_ABSENT" not in os.environ
+    assert os.environ["MY_OPS_SCOPED_UNSET"] == "here"
+    assert tempfile.tempdir == tempdir
+    assert holder.kept == 1 and not hasattr(holder, "added")
+    assert logger.level == logging.INFO

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy.export import cross as export_cross
+from deploy.exporter import cross as export_cross
 
 AARCH64 = export_cross.TARGETS["linux-aarch64"]
 
@@ -115,7 +115,7 @@ def test_cross_target_refuses_host_only_flags(
         [
             sys.executable,
             "-m",
-            "deploy.export",
+            "deploy.exporter",
             "--target",
             "linux-aarch64",
             *flags,

@@ -1,7 +1,7 @@
 """export --out replaces only what an export wrote, and the swap survives interrupts.
 
 The CLI tests are refused before anything is compiled. The swap itself is
-tested by calling deploy.export.output.publish on staged files, so no test here compiles.
+tested by calling deploy.exporter.output.publish on staged files, so no test here compiles.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from conftest import child_env, error_lines, export_command, run_export
 
-from deploy.export.errors import ExportError
-from deploy.export.output import publish
+from deploy.exporter.errors import ExportError
+from deploy.exporter.output import publish
 
 # The C++ loader's format line; a folder whose manifest.json carries it is a
 # previous export.

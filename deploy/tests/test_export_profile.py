@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deploy.export.profile import breakdown, classify, format_breakdown, parse_log
+from deploy.exporter.profile import breakdown, classify, format_breakdown, parse_log
 
 # Command lines shaped as Inductor's (abridged), with made-up times.
 LOG = """\

@@ -367,8 +367,8 @@ def test_a_constant_of_a_dtype_weights_files_cannot_hold(tmp_path: Path) -> None
     such a model is refused with one line naming the constant."""
     import torch
 
-    from deploy.export.errors import ExportError
-    from deploy.export.weights import architecture, write_weights
+    from deploy.exporter.errors import ExportError
+    from deploy.exporter.weights import architecture, write_weights
 
     class WithComplex(torch.nn.Module):
         def __init__(self) -> None:

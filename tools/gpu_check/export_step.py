@@ -1,4 +1,4 @@
-"""The export and loader steps: the exporter's package (python -m deploy.export), checked by
+"""The export and loader steps: the exporter's package (python -m deploy.exporter), checked by
 the exporter itself (aoti_load_package against eager) and run by the C++ loader compiled in
 the build pool."""
 
@@ -41,7 +41,7 @@ def plan_export(run: Run) -> list[str]:
     # --no-cache: a package cached on that machine by an earlier export would
     # skip the very compile this step is here to check.
     out = str(run.work / EXPORT)
-    return [sys.executable, "-m", "deploy.export", "--device", device, "--out", out, "--no-cache"]
+    return [sys.executable, "-m", "deploy.exporter", "--device", device, "--out", out, "--no-cache"]
 
 
 def step_export(run: Run, step: Step) -> None:
@@ -67,7 +67,7 @@ def step_export(run: Run, step: Step) -> None:
 
 
 def export_env(run: Run) -> dict[str, str]:
-    """child_env with the checkout's root first: python -m deploy.export imports the package
+    """child_env with the checkout's root first: python -m deploy.exporter imports the package
     from there (the cwd is not on sys.path when PYTHONSAFEPATH is set, as under Bazel)."""
     env = run.child_env()
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env["PYTHONPATH"]])

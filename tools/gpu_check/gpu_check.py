@@ -9,7 +9,7 @@ network. A failed step stops only those that need its result (see README.md):
   build   libmy_ops.so from what torch_op_library compiles, and the C++ loader
   tests   pytest python/tests on cuda (cpu with --cpu-only); --tests PATH, a file
           or folder relative to the repository, runs that instead
-  export  python -m deploy.export, which checks its package with aoti_load_package
+  export  python -m deploy.exporter, which checks its package with aoti_load_package
   loader  the C++ loader runs the package at batch 1 and 3, with --expect
   bench   ops/bench.py --json, against the targets it reports (GPU only)
 

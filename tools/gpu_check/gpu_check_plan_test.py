@@ -387,7 +387,7 @@ def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path, c
     tests = steps["tests"]
     assert len(tests) == 1 and "MY_OPS_TEST_DEVICES=cuda " in tests[0]
     assert " -m pytest python/tests -q " in tests[0]
-    assert " -m deploy.export --device cuda " in steps["export"][0]
+    assert " -m deploy.exporter --device cuda " in steps["export"][0]
     # The GPU compile itself is under test: no package from an earlier export's cache.
     assert steps["export"][0].rstrip().endswith(" --no-cache")
     assert sum("/loader --ops " in c for c in steps["loader"]) == 2

@@ -4,7 +4,7 @@ A package exported with C shims calls each custom op as a plain C function,
 ``AOTITorchError aoti_torch_<device>_<op>(AtenTensorHandle x, ..., AtenTensorHandle* ret0)``,
 instead of describing the call in JSON for the ProxyExecutor to rebuild as an IValue stack
 and dispatch. Both the library's definitions (here, at build time) and the exporter's
-declarations (``deploy/export/c_shims.py``, from the registered schemas) come from torchgen's
+declarations (``deploy/exporter/c_shims.py``, from the registered schemas) come from torchgen's
 ``gen_aoti_c_shim``, the generator of torch's own shims for ATen ops, so the C types follow
 AOTInductor's conventions (bool as int32_t, str as const char*, outputs as pointers) by
 construction; adding an op to the registration adds its shims.

@@ -82,7 +82,7 @@ def test_metadata_requires_the_torch_release(wheel) -> None:
 def test_console_scripts(wheel) -> None:
     text = _text(wheel, "entry_points.txt")
     for line in (
-        "my-ops-export = my_ops.deploy.export.__main__:console_main",
+        "my-ops-export = my_ops.deploy.exporter.__main__:console_main",
         "my-ops-run = my_ops.deploy.loader.launch:main",
         "my-ops-bundle = my_ops.deploy.bundle.make_bundle:main",
     ):
@@ -113,12 +113,15 @@ def test_only_the_package_and_its_native_files(wheel) -> None:
         assert Path(runfile(source)).read_bytes() == wheel["members"][name][1], name
     for name in (
         "my_ops/__init__.py",
-        "my_ops/deploy/export/__main__.py",
+        # my_ops.deploy.export, the exporter as a Python function.
+        "my_ops/deploy/__init__.py",
+        "my_ops/deploy/exporter/api.py",
+        "my_ops/deploy/exporter/__main__.py",
         "my_ops/deploy/contract/package_contract.json",
         "my_ops/deploy/bundle/run.sh",
     ):
         assert name in package, name
-    assert "my_ops/deploy/export/bazel_main.py" not in package
+    assert "my_ops/deploy/exporter/bazel_main.py" not in package
 
 
 def _record_errors(members: dict, record_text: str, record_name: str) -> list[str]:

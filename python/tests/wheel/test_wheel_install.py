@@ -270,7 +270,7 @@ def test_cross_target_from_the_wheel_says_so_in_one_line(venv) -> None:
 
 
 def test_python_dash_m_is_the_same_exporter(venv) -> None:
-    proc = _run(venv, venv["python"], "-m", "my_ops.deploy.export", "--help")
+    proc = _run(venv, venv["python"], "-m", "my_ops.deploy.exporter", "--help")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: export "), proc.stdout
     script = _run(venv, venv["bin"] / "my-ops-export", "--help")
@@ -284,3 +284,43 @@ def test_python_dash_m_is_the_same_exporter(venv) -> None:
     )
     assert bazel.returncode == 0, bazel.stderr
     assert bazel.stdout == proc.stdout
+
+
+_EXPORT_FROM_PYTHON = """
+import os, sys, tempfile
+import torch
+from my_ops.deploy import ExportError, export
+import usermodel
+
+spec = usermodel.make(8)
+model = spec.module.train()
+environ, tempdir = dict(os.environ), tempfile.gettempdir()
+exported = export(
+    model, spec.example_inputs, "from_python", dynamic_shapes=spec.dynamic_shapes, max_batch=8,
+    mode="no-autotune",
+)
+assert model.training and dict(os.environ) == environ and tempfile.gettempdir() == tempdir
+try:
+    export(model, spec.example_inputs, "unused", max_batch=0)
+except ExportError as e:
+    print("refused:", e.code, e)
+compiled = torch._inductor.aoti_load_package(str(exported.package))
+x = torch.randn(3, 32)
+with torch.no_grad():
+    got, want = compiled(x), model.eval()(x)
+got = got[0] if isinstance(got, (list, tuple)) else got
+torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+print("exported", exported.package, sorted(exported.times))
+"""
+
+
+def test_the_exporter_is_a_function_of_the_installed_package(venv) -> None:
+    (venv["work"] / "usermodel.py").write_text(_USER_MODEL)
+    script = venv["work"] / "export_from_python.py"
+    script.write_text(_EXPORT_FROM_PYTHON)
+    proc = _run(venv, venv["python"], script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "refused: 2 max_batch must be >= 1" in proc.stdout, proc.stdout
+    package = venv["work"] / "from_python" / "model.pt2"
+    assert f"exported {package} ['compile', 'export', " in proc.stdout, proc.stdout
+    assert not (venv["work"] / "unused").exists()

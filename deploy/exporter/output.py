@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from .compile import load_contract
+from .contract import load_contract
 from .errors import EXIT_OUT_REFUSED, ExportError
 from .manifest import manifest_format
 
@@ -54,30 +54,30 @@ def _is_previous_export(folder: str) -> bool:
     ) or _is_export_manifest(os.path.join(folder, "weights.json"), load_contract().weights_format)
 
 
-def check_out(path: str, shown: str | None = None) -> None:
+def check_out(path: str, shown: str | None = None, name: str = "--out") -> None:
     """Refuse an output folder the export may not replace; reads, never writes.
 
     Replacing --out deletes what is in it, so only a missing or empty folder,
     or a previous export (this tool's manifest.json and nothing but export
-    files), qualifies. `shown` is the name to report when `path` is where
-    --out has been moved to.
+    files), qualifies. `shown` is the path to report when `path` is where
+    --out has been moved to; `name` is the setting's name in the errors.
     """
     shown = shown or path
     if os.path.islink(path):
         raise ExportError(
-            f"--out {shown} is a symbolic link; not replacing it (give the folder itself)",
+            f"{name} {shown} is a symbolic link; not replacing it (give the folder itself)",
             EXIT_OUT_REFUSED,
         )
     if not os.path.lexists(path):
         return
     if not os.path.isdir(path):
         raise ExportError(
-            f"--out {shown} exists and is not a folder; not replacing it", EXIT_OUT_REFUSED
+            f"{name} {shown} exists and is not a folder; not replacing it", EXIT_OUT_REFUSED
         )
     try:
         names = sorted(os.listdir(path))
     except OSError as e:
-        raise ExportError(f"cannot read --out {shown}: {e.strerror}", EXIT_OUT_REFUSED) from e
+        raise ExportError(f"cannot read {name} {shown}: {e.strerror}", EXIT_OUT_REFUSED) from e
     if not names:
         return
     allowed = export_files()
@@ -99,7 +99,7 @@ def check_out(path: str, shown: str | None = None) -> None:
     else:
         return
     raise ExportError(
-        f"--out {shown} is neither empty nor a previous export ({why}); not replacing it: "
+        f"{name} {shown} is neither empty nor a previous export ({why}); not replacing it: "
         "choose a new or empty folder",
         EXIT_OUT_REFUSED,
     )

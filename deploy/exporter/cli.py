@@ -1,6 +1,7 @@
 """export's command line: its flags, their defaults and checks, and its one-line errors.
 
-parse_args turns the flags into one frozen Options; nothing after it sees argparse.
+parse_args turns the flags into one frozen Options (options.py, which the Python function
+shares), or a KeyCommand; nothing after it sees argparse.
 """
 
 from __future__ import annotations
@@ -17,36 +18,18 @@ from .cache import DEFAULT_MAX_MB
 from .cache import default_dir as default_cache_dir
 from .compile import MAX_AUTOTUNE, MODES, NO_AUTOTUNE
 from .cross import HOST_TARGET, TARGETS
-from .errors import EXIT_FAILURE, EXIT_USAGE
+from .errors import EXIT_FAILURE, EXIT_USAGE, ExportError
 from .model import DEFAULT_MODEL
+from .options import DEFAULT_MAX_BATCH, DEVICES, ISAS, CacheOptions, Options, checked
 
 
 @dataclasses.dataclass(frozen=True)
-class CacheOptions:
-    folder: str
-    # An explicit --cache-dir must be usable; the default folder may be skipped.
-    given: bool
-    max_bytes: int
+class KeyCommand:
+    """--generate-key DIR or --sign DIR: one quick step with a key, and no export."""
 
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    out: str  # absolute
-    device: str
-    model: str
-    target: str
-    isa: str
-    max_batch: int
-    mode: str  # compile.MODES
-    inductor_options: tuple[str, ...]  # KEY=VALUE, parsed once the export has started
-    c_shims: bool  # call the op library's C shims, not the ProxyExecutor (--no-c-shims)
-    cache: CacheOptions | None  # None: --no-cache
-    profile_compile: bool
-    signing_key: str | None  # absolute
     generate_key: str | None  # absolute
     sign: str | None  # absolute
-    weights_only: bool = False
-    base: str | None = None  # absolute; with weights_only
+    signing_key: str | None  # absolute
 
 
 def die(msg: str, code: int = EXIT_FAILURE) -> NoReturn:
@@ -92,7 +75,7 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--device",
-        choices=("cpu", "cuda"),
+        choices=DEVICES,
         default="cpu",
         help="target device. cuda needs a GPU at export time; its kernels are embedded "
         "for that GPU's architecture (SASS, and PTX that newer GPUs compile at load time) "
@@ -114,7 +97,7 @@ def argument_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--isa",
-        choices=("portable", "native"),
+        choices=ISAS,
         default="portable",
         help="CPU instruction set: portable = x86-64-v3 (AVX2), native = this "
         "machine (default: portable)",
@@ -122,8 +105,8 @@ def argument_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-batch",
         type=int,
-        default=16,
-        help="largest batch size the package accepts (default: 16)",
+        default=DEFAULT_MAX_BATCH,
+        help=f"largest batch size the package accepts (default: {DEFAULT_MAX_BATCH})",
     )
     p.add_argument(
         "--mode",
@@ -219,35 +202,19 @@ def argument_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_args(argv: Sequence[str] | None) -> Options:
+def parse_args(argv: Sequence[str] | None) -> Options | KeyCommand:
     p = argument_parser()
     args = p.parse_args(argv)
-    if args.max_batch < 1:
-        p.error("--max-batch must be >= 1")
     if args.sign and not args.signing_key:
         p.error("--sign needs --signing-key")
     if args.sign and args.generate_key:
         p.error("--sign and --generate-key contradict each other")
-    if args.target != HOST_TARGET:
-        if args.device != "cpu":
-            p.error(f"--target {args.target} packages are CPU only (--device cpu)")
-        if args.isa != "portable":
-            p.error(
-                f"--isa {args.isa} is for linux-x86_64; --target {args.target} uses its baseline"
-            )
-    tunable = args.device == "cpu" and args.target == HOST_TARGET
-    if args.mode == MAX_AUTOTUNE and not tunable:
-        # The tuning benchmarks on the exporting machine: a cross target's package runs on
-        # another CPU, and CUDA packages are not measured with it.
-        p.error(f"--mode {MAX_AUTOTUNE} is for --device cpu packages of {HOST_TARGET}")
-    mode = args.mode or (MAX_AUTOTUNE if tunable else NO_AUTOTUNE)
-    if args.cache_max_mb < 1:
-        p.error("--cache-max-mb must be >= 1")
-    if args.weights_only != bool(args.base):
-        p.error("--weights-only and --base go together")
     if args.weights_only and (args.sign or args.generate_key):
         p.error("--weights-only exports; --sign and --generate-key do not")
-    out = args.out or _default_out()
+    if args.no_cache and args.cache_dir:
+        p.error("--no-cache and --cache-dir contradict each other")
+    if args.cache_max_mb < 1:
+        p.error("--cache-max-mb must be >= 1")
     # Under `bazel run` the cwd is the runfiles tree; relative paths the user
     # typed mean their own working directory.
     user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
@@ -255,8 +222,12 @@ def parse_args(argv: Sequence[str] | None) -> Options:
     def user_path(path: str | None) -> str | None:
         return os.path.abspath(os.path.join(user_cwd, path)) if path else None
 
-    if args.no_cache and args.cache_dir:
-        p.error("--no-cache and --cache-dir contradict each other")
+    if args.generate_key or args.sign:
+        return KeyCommand(
+            generate_key=user_path(args.generate_key),
+            sign=user_path(args.sign),
+            signing_key=user_path(args.signing_key),
+        )
     cache = None
     if not args.no_cache:
         cache = CacheOptions(
@@ -264,21 +235,23 @@ def parse_args(argv: Sequence[str] | None) -> Options:
             given=args.cache_dir is not None,
             max_bytes=args.cache_max_mb << 20,
         )
-    return Options(
-        out=user_path(out),
+    opts = Options(
+        out=user_path(args.out or _default_out()),
         device=args.device,
         model=args.model,
         target=args.target,
         isa=args.isa,
         max_batch=args.max_batch,
-        mode=mode,
+        mode=args.mode,
         inductor_options=tuple(args.inductor_option),
         c_shims=not args.no_c_shims,
         cache=cache,
         profile_compile=args.profile_compile,
         signing_key=user_path(args.signing_key),
-        generate_key=user_path(args.generate_key),
-        sign=user_path(args.sign),
         weights_only=args.weights_only,
         base=user_path(args.base),
     )
+    try:
+        return checked(opts)
+    except ExportError as e:
+        p.error(str(e))

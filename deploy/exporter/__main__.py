@@ -1,8 +1,9 @@
-"""tools/bazel run //deploy:export, python -m deploy.export from the repository root, or
-my-ops-export (python -m my_ops.deploy.export) from the wheel.
+"""tools/bazel run //deploy:export, python -m deploy.exporter from the repository root, or
+my-ops-export (python -m my_ops.deploy.exporter) from the wheel: the command line, a thin front
+end on pipeline.run, which my_ops.deploy.export (api.py) calls from Python.
 
-Relative imports: the package is deploy.export here and my_ops.deploy.export in the
-wheel. Bazel's py_binary runs a script, so //deploy/export:export starts at bazel_main.py.
+Relative imports: the package is deploy.exporter here and my_ops.deploy.exporter in the
+wheel. Bazel's py_binary runs a script, so //deploy/exporter:export starts at bazel_main.py.
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from .cli import die, parse_args
+from .cli import KeyCommand, die, parse_args
 from .errors import EXIT_INTERRUPTED, ExportError, first_line
-from .manifest import generate_key, load_signing_key, sign_export
 from .pipeline import run
+from .signing import generate_key, load_signing_key, sign_export
 
 
 def _only(step: Callable[[], Iterable[str]]) -> int:
@@ -32,10 +33,13 @@ def _only(step: Callable[[], Iterable[str]]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     opts = parse_args(argv)
-    if opts.generate_key:
-        return _only(lambda: generate_key(opts.generate_key))
-    if opts.sign:
-        return _only(lambda: [sign_export(opts.sign, load_signing_key(opts.signing_key))])
+    if isinstance(opts, KeyCommand):
+        if opts.generate_key:
+            folder = opts.generate_key
+            return _only(lambda: generate_key(folder))
+        assert opts.sign is not None and opts.signing_key is not None
+        sign, key = opts.sign, opts.signing_key
+        return _only(lambda: [sign_export(sign, load_signing_key(key))])
     t0 = time.perf_counter()
     try:
         times = run(opts)

@@ -14,7 +14,7 @@ from ..contract.package_contract import CONTRACT_PATH
 from .cache import CACHE_FORMAT, digest
 from .compile import compiler_identity, program_version
 from .cross import TargetFiles
-from .manifest import sha256_file
+from .hashing import sha256_file
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -35,7 +35,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from .errors import ExportError
-from .manifest import custom_ops
+from .program_calls import custom_ops
 
 INDUCTOR_OPTION = "aot_inductor.custom_ops_to_c_shims"
 # The name suffix of an op's out= companion (ops/registration.cpp).

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import functools
 import json
 import os
 import shlex
@@ -14,8 +13,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from ..contract.package_contract import Contract, ContractError
-from ..contract.package_contract import load as _load_contract
+from .contract import load_contract
+from .environment import ScopedEnvironment
 from .errors import ExportError
 
 # What --isa means as a -march value, recorded in the manifest.
@@ -44,15 +43,6 @@ def cuda_home() -> str | None:
 # Written by //tools/cc:cxx_toolchain: the compiler and sysroot flags of the
 # C++ toolchain that built the op library and the loader.
 _TOOLCHAIN_JSON = "_main/tools/cc/cxx_toolchain.json"
-
-
-@functools.cache
-def load_contract() -> Contract:
-    """deploy/contract/package_contract.json, whose errors are the export's."""
-    try:
-        return _load_contract()
-    except ContractError as e:
-        raise ExportError(str(e)) from e
 
 
 def runfile(key: str) -> tuple[str, str] | None:
@@ -231,22 +221,23 @@ def input_signature(ep: Any) -> str | None:
     return json.dumps(inputs, separators=(",", ":"))
 
 
-def keep_precompiled_headers(folder: str | None) -> dict[str, Any]:
+def keep_precompiled_headers(folder: str | None, env: ScopedEnvironment) -> dict[str, Any]:
     """The precompiled-header option, and where Inductor is to keep the headers.
 
     Precompiling the wrapper's and the kernels' headers takes about 20 s on
     2 cores and saves about 9 s of each compile that uses them; Inductor puts
     them in $TMPDIR, which the export deletes. So they are precompiled only
     when `folder` (in the toolchain's cache entry) can keep them for the next
-    export. Inductor reads the folder from a module attribute at compile time;
+    export. Inductor reads the folder from a module attribute at compile time
+    (set in `env`, so put back when the export ends);
     a torch without it gets no precompiled headers, which is slower only.
     """
     from torch._inductor import codecache
 
     if folder is None or not hasattr(codecache, "_HEADER_DIR"):
         return {"aot_inductor.precompile_headers": False}
-    codecache._HEADER_DIR = folder
-    codecache._HEADER_LOCK_DIR = os.path.join(folder, "locks")
+    env.set_attribute(codecache, "_HEADER_DIR", folder)
+    env.set_attribute(codecache, "_HEADER_LOCK_DIR", os.path.join(folder, "locks"))
     return {"aot_inductor.precompile_headers": True}
 
 
@@ -373,10 +364,11 @@ _MISSING = object()
 EXPORTER_OWNED_OPTIONS = frozenset({"aot_inductor.custom_ops_to_c_shims"})
 
 
-def parse_inductor_options(items: list[str]) -> dict[str, Any]:
-    """--inductor-option KEY=VALUE flags as aoti_compile_and_package's inductor_configs.
+def parse_inductor_options(items: list[str], name: str = "--inductor-option") -> dict[str, Any]:
+    """KEY=VALUE settings (--inductor-option flags) as aoti_compile_and_package's
+    inductor_configs.
 
-    Raises ValueError naming the flag when KEY is not an Inductor config.
+    Raises ValueError naming the setting (`name`) when KEY is not an Inductor config.
     """
     options: dict[str, Any] = {}
     for item in items:
@@ -384,17 +376,18 @@ def parse_inductor_options(items: list[str]) -> dict[str, Any]:
 
         key, sep, text = item.partition("=")
         if not sep or not key:
-            raise ValueError(f"--inductor-option must be KEY=VALUE, got {item!r}")
+            raise ValueError(f"{name} must be KEY=VALUE, got {item!r}")
         if key in EXPORTER_OWNED_OPTIONS:
+            off = "--no-c-shims" if name.startswith("--") else "c_shims=False"
             raise ValueError(
-                f"--inductor-option {key}: the exporter sets this one from the op library "
-                "(pass --no-c-shims to call the ops through the ProxyExecutor)"
+                f"{name} {key}: the exporter sets this one from the op library "
+                f"(pass {off} to call the ops through the ProxyExecutor)"
             )
         node: Any = config
         for part in key.split("."):
             node = getattr(node, part, _MISSING)
             if node is _MISSING:
-                raise ValueError(f"--inductor-option {item!r}: torch._inductor.config has no {key}")
+                raise ValueError(f"{name} {item!r}: torch._inductor.config has no {key}")
         try:
             options[key] = ast.literal_eval(text)
         except (ValueError, SyntaxError):

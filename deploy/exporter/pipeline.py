@@ -74,6 +74,7 @@ the factory protocol.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import tempfile
 import time
@@ -89,7 +90,6 @@ from .cache_key import (
     program_sha256,
     toolchain_parts,
 )
-from .cli import CacheOptions, Options
 from .compile import (
     COMPILE_LOG_ENV,
     cuda_home,
@@ -103,179 +103,262 @@ from .compile import (
     prefers_cpp_gemm_template,
     write_cxx_wrapper,
 )
+from .environment import ScopedEnvironment, forget_inductor_paths
 from .errors import EXIT_NOT_BASE_ARCHITECTURE, EXIT_USAGE, ExportError, first_line
-from .manifest import load_signing_key, package_calls
 from .model import as_tuple, load_factory, make_spec, to_device
+from .options import CacheOptions, Options, checked, flag
 from .output import check_out, missing_folders, publish, remove_empty, remove_work
 from .profile import print_profile
+from .program_calls import package_calls
+from .signing import load_signing_key
 from .target import Build, build_for
 from .verify import sample_inputs
 from .weights import architecture, first_difference, read_base, write_architecture, write_weights
 
+# The factory protocol's spec (deploy/default_model.py) for a max batch.
+SpecMaker = Callable[[int], Any]
+Base = tuple[dict[str, str], dict[str, Any]]  # the base's package and architecture
 
-def run(opts: Options) -> dict[str, float]:
-    # A folder that may not be replaced, or a bad key, must fail now, not
+
+def run(
+    opts: Options, make: SpecMaker | None = None, spell: Callable[[str], str] = flag
+) -> dict[str, float]:
+    """Export into opts.out and return each stage's seconds; raises ExportError.
+
+    `make` gives the model's spec; by default the factory that opts.model names. Errors name
+    a setting as `spell` writes it (a flag by default). The process's environment, temporary
+    folder, loggers and Inductor settings are as before on return.
+    """
+    opts = checked(opts, spell)
+    if make is None:
+        model = opts.model
+
+        def make(max_batch: int) -> Any:
+            return make_spec(load_factory(model), max_batch)
+
+    # A folder that may not be replaced, or a bad key or base, must fail now, not
     # after minutes of compiling.
-    check_out(opts.out)
+    check_out(opts.out, name=spell("out"))
     signing_key = load_signing_key(opts.signing_key) if opts.signing_key else None
+    base = None
     if opts.weights_only:
         assert opts.base is not None
         if os.path.realpath(opts.out) == os.path.realpath(opts.base):
-            raise ExportError(f"--out {opts.out} is --base: write the weights file elsewhere")
+            raise ExportError(
+                f"{spell('out')} {opts.out} is {spell('base')}: write the weights file elsewhere"
+            )
         base = read_base(opts.base)
-        return _export(opts, None, None, signing_key, base)
-    build = build_for(opts.target)
+    # A target this installation cannot build for (the wheel has no cross toolchain).
+    build = build_for(opts.target) if base is None else None
+    times: dict[str, float] = {}
     with contextlib.ExitStack() as stack:
-        cache = _open_cache(opts.cache)
-        if cache is not None:
-            stack.callback(cache.close)
-            stack.enter_context(bytecode_in(cache.bytecode_dir()))
-        return _export(opts, build, cache, signing_key)
+        env = stack.enter_context(ScopedEnvironment())
+        env.on_restore(forget_inductor_paths)
+        cache = None
+        if base is None:
+            # Before torch is imported: the cache keeps its bytecode.
+            cache = _open_cache(opts.cache)
+            if cache is not None:
+                stack.callback(cache.close)
+                stack.enter_context(bytecode_in(cache.bytecode_dir()))
+        job = stack.enter_context(_work_folder(opts.out))
+        work, stage = job.folder, job.stage
+        # Before anything imports torch._inductor, which makes folders in $TMPDIR.
+        tmp = _private_tmp(work, env)
+        try:
+            extra_options = parse_inductor_options(
+                list(opts.inductor_options), spell("inductor_option")
+            )
+        except ValueError as e:
+            raise ExportError(str(e), EXIT_USAGE) from e
+        _setup_environment(opts.device, env)
+        _check_device(opts.device)
+        spec = make(opts.max_batch)
+        module = spec.module
+        was_training = module.training
+        env.on_restore(lambda: module.train(was_training))
+        module = module.to(opts.device).eval()
+        example = to_device(tuple(spec.example_inputs), opts.device)
+        ep = _exported_program(module, example, spec.dynamic_shapes, times)
+        if base is not None:
+            _export_weights(spec, module, ep, base, stage, opts.device, signing_key, times)
+        else:
+            assert build is not None
+            _export_package(
+                opts,
+                spec,
+                module,
+                ep,
+                build=build,
+                cache=cache,
+                signing_key=signing_key,
+                extra_options=extra_options,
+                work=work,
+                tmp=tmp,
+                env=env,
+                times=times,
+            )
+        publish(stage, opts.out, work)
+        job.published = True
+    return times
 
 
-def _export(
-    opts: Options,
-    build: Build | None,
-    cache: Cache | None,
-    signing_key: Any,
-    base: tuple[dict[str, str], dict[str, Any]] | None = None,
-) -> dict[str, float]:
-    """The export into opts.out; with `base` (--weights-only: the base's package and
-    architecture), only the weights file for that package."""
-    parent = os.path.dirname(opts.out)
+@dataclasses.dataclass
+class _Work:
+    folder: str  # beside --out, removed when the export ends
+    stage: str  # folder/stage: what becomes --out
+    published: bool = False
+
+
+@contextlib.contextmanager
+def _work_folder(out: str) -> Iterator[_Work]:
+    """A work folder beside `out`, removed on exit with the folders made for `out`, unless the
+    export was published."""
+    parent = os.path.dirname(out)
     made = missing_folders(parent)
     try:
         os.makedirs(parent, exist_ok=True)
-        work = tempfile.mkdtemp(prefix=f".{os.path.basename(opts.out)}.export-", dir=parent)
+        folder = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.export-", dir=parent)
     except OSError as e:
         remove_empty(made)
-        raise ExportError(f"cannot write output folder {opts.out}: {e.strerror}") from e
-
-    times: dict[str, float] = {}
-    published = False
+        raise ExportError(f"cannot write output folder {out}: {e.strerror}") from e
+    job = _Work(folder, os.path.join(folder, "stage"))
     try:
-        # Before anything imports torch._inductor, which makes folders in $TMPDIR.
-        tmp = _private_tmp(work)
-        try:
-            extra_options = parse_inductor_options(list(opts.inductor_options))
-        except ValueError as e:
-            raise ExportError(str(e), EXIT_USAGE) from e
-        _setup_environment(opts.device)
-        _check_device(opts.device)
-        factory = load_factory(opts.model)
-        import torch
-
-        stage = os.path.join(work, "stage")
-        os.makedirs(stage)
-
-        spec = make_spec(factory, opts.max_batch)
-        max_batch = int(getattr(spec, "max_batch", opts.max_batch) or opts.max_batch)
-        module = spec.module.to(opts.device).eval()
-        example = to_device(tuple(spec.example_inputs), opts.device)
-
-        with _stage("export", times):
-            try:
-                with torch.no_grad():
-                    ep = torch.export.export(
-                        module, example, dynamic_shapes=spec.dynamic_shapes, strict=False
-                    )
-            except Exception as e:  # noqa: BLE001
-                raise ExportError(
-                    f"torch.export failed: {first_line(e)} (hint: the model's shape logic must "
-                    "hold over the whole dynamic_shapes range, and every custom op needs a "
-                    "fake implementation)"
-                ) from e
-
-        if base is not None:
-            held: list[str] = []
-            with _stage("weights", times, lambda: held[0]):
-                held.append(
-                    _write_weights_export(spec, module, ep, base, stage, opts.device, signing_key)
-                )
-            publish(stage, opts.out, work)
-            published = True
-            return times
-        assert build is not None
-        op_library = _op_library()
-        keys = None
-        if cache is not None:
-            keys = _cache_keys(opts.device, opts.isa, opts.target, build, ep, op_library)
-            toolchain = cache.toolchain_dir(keys.toolchain)
-            os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(toolchain, "inductor")
-            os.environ["TRITON_CACHE_DIR"] = os.path.join(toolchain, "triton")
-            bindir = os.path.join(toolchain, "bin")
-        else:
-            toolchain = None
-            bindir = os.path.join(tmp, "bin")
-        package = os.path.join(stage, "model.pt2")
-        shims = c_shims.plan(ep, opts.device, op_library) if opts.c_shims else c_shims.ShimPlan()
-        cxx, compiler = write_cxx_wrapper(bindir)
-        print(f"compiler: {compiler}", flush=True)
-        build.announce()
-        options = (
-            inductor_options(opts.device, opts.isa, cxx, input_signature(ep), cross=build.cross)
-            | keep_precompiled_headers(os.path.join(toolchain, "headers") if toolchain else None)
-            | {c_shims.INDUCTOR_OPTION: shims.options}
-            | mode_options(opts.mode)
-            | extra_options
-        )
-        gemm_template_first = prefers_cpp_gemm_template(opts.mode)
-        package_key = (
-            keys.package(options, inductor_config(), gemm_template_first) if keys else None
-        )
-        cached = cache.get_package(package_key) if cache and package_key else None
-        log = os.path.join(work, "compile.log")
-        with _stage("compile", times, lambda: _cache_note(cache, cached)):
-            if cached is not None:
-                with open(package, "wb") as f:
-                    f.write(cached)
-            else:
-                if opts.profile_compile:
-                    os.environ[COMPILE_LOG_ENV] = log
-                with c_shims.lowering(shims), prefer_cpp_gemm_template(gemm_template_first):
-                    build.compile(ep, package, options, work)
-                if opts.profile_compile:
-                    del os.environ[COMPILE_LOG_ENV]
-        if opts.profile_compile:
-            print_profile(log, times["compile"], hit=cached is not None)
-
-        sample = build.verify(
-            spec,
-            module,
-            package,
-            max_batch,
-            opts.device,
-            options,
-            lambda name: _stage(name, times),
-        )
-        # Only a package that passed verify (or, for a cross target, was
-        # built to the end) is kept for the next export.
-        if cache is not None and package_key is not None and cached is None:
-            cache.put_package(package_key, package)
-
-        sample_cpu = to_device(sample, "cpu")
-        with torch.no_grad():
-            expected = to_device(as_tuple(module(*sample)), "cpu")
-        torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
-        torch.save(expected, os.path.join(stage, "expected_output.pt"))
-        calls = package_calls(ep, shims.calls)
-        write_architecture(stage, package, ep, frozen=frozen(options))
-        build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls)
-
-        publish(stage, opts.out, work)
-        published = True
-        return times
+        os.makedirs(job.stage)
+        yield job
     finally:
-        remove_work(work)
-        if not published:
+        remove_work(folder)
+        if not job.published:
             remove_empty(made)
+
+
+def _exported_program(
+    module: Any, example: tuple[Any, ...], dynamic_shapes: Any, times: dict[str, float]
+) -> Any:
+    import torch
+
+    with _stage("export", times):
+        try:
+            with torch.no_grad():
+                return torch.export.export(
+                    module, example, dynamic_shapes=dynamic_shapes, strict=False
+                )
+        except Exception as e:  # noqa: BLE001
+            raise ExportError(
+                f"torch.export failed: {first_line(e)} (hint: the model's shape logic must "
+                "hold over the whole dynamic_shapes range, and every custom op needs a "
+                "fake implementation)"
+            ) from e
+
+
+def _export_weights(
+    spec: Any,
+    module: Any,
+    ep: Any,
+    base: Base,
+    stage: str,
+    device: str,
+    signing_key: Any,
+    times: dict[str, float],
+) -> None:
+    held: list[str] = []
+    with _stage("weights", times, lambda: held[0]):
+        held.append(_write_weights_export(spec, module, ep, base, stage, device, signing_key))
+
+
+def _export_package(
+    opts: Options,
+    spec: Any,
+    module: Any,
+    ep: Any,
+    *,
+    build: Build,
+    cache: Cache | None,
+    signing_key: Any,
+    extra_options: dict[str, Any],
+    work: str,
+    tmp: str,
+    env: ScopedEnvironment,
+    times: dict[str, float],
+) -> None:
+    """Compile the package, verify it and describe it in work/stage/."""
+    import torch
+
+    max_batch = int(getattr(spec, "max_batch", opts.max_batch) or opts.max_batch)
+    op_library = _op_library()
+    keys = None
+    if cache is not None:
+        keys = _cache_keys(opts.device, opts.isa, opts.target, build, ep, op_library)
+        toolchain = cache.toolchain_dir(keys.toolchain)
+        env.set_env("TORCHINDUCTOR_CACHE_DIR", os.path.join(toolchain, "inductor"))
+        env.set_env("TRITON_CACHE_DIR", os.path.join(toolchain, "triton"))
+        bindir = os.path.join(toolchain, "bin")
+    else:
+        toolchain = None
+        bindir = os.path.join(tmp, "bin")
+    stage = os.path.join(work, "stage")
+    package = os.path.join(stage, "model.pt2")
+    shims = c_shims.plan(ep, opts.device, op_library) if opts.c_shims else c_shims.ShimPlan()
+    cxx, compiler = write_cxx_wrapper(bindir)
+    print(f"compiler: {compiler}", flush=True)
+    build.announce()
+    assert opts.mode is not None
+    options = (
+        inductor_options(opts.device, opts.isa, cxx, input_signature(ep), cross=build.cross)
+        | keep_precompiled_headers(os.path.join(toolchain, "headers") if toolchain else None, env)
+        | {c_shims.INDUCTOR_OPTION: shims.options}
+        | mode_options(opts.mode)
+        | extra_options
+    )
+    gemm_template_first = prefers_cpp_gemm_template(opts.mode)
+    package_key = keys.package(options, inductor_config(), gemm_template_first) if keys else None
+    cached = cache.get_package(package_key) if cache and package_key else None
+    log = os.path.join(work, "compile.log")
+    with _stage("compile", times, lambda: _cache_note(cache, cached)):
+        if cached is not None:
+            with open(package, "wb") as f:
+                f.write(cached)
+        else:
+            with (
+                ScopedEnvironment() as compiling,
+                c_shims.lowering(shims),
+                prefer_cpp_gemm_template(gemm_template_first),
+            ):
+                if opts.profile_compile:
+                    compiling.set_env(COMPILE_LOG_ENV, log)
+                build.compile(ep, package, options, work)
+    if opts.profile_compile:
+        print_profile(log, times["compile"], hit=cached is not None)
+
+    sample = build.verify(
+        spec,
+        module,
+        package,
+        max_batch,
+        opts.device,
+        options,
+        lambda name: _stage(name, times),
+    )
+    # Only a package that passed verify (or, for a cross target, was
+    # built to the end) is kept for the next export.
+    if cache is not None and package_key is not None and cached is None:
+        cache.put_package(package_key, package)
+
+    sample_cpu = to_device(sample, "cpu")
+    with torch.no_grad():
+        expected = to_device(as_tuple(module(*sample)), "cpu")
+    torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
+    torch.save(expected, os.path.join(stage, "expected_output.pt"))
+    calls = package_calls(ep, shims.calls)
+    write_architecture(stage, package, ep, frozen=frozen(options))
+    build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls)
 
 
 def _write_weights_export(
     spec: Any,
     module: Any,
     ep: Any,
-    base: tuple[dict[str, str], dict[str, Any]],
+    base: Base,
     stage: str,
     device: str,
     signing_key: Any,
@@ -357,20 +440,18 @@ def _cache_note(cache: Cache | None, cached: bytes | None) -> str:
     return "cache hit" if cached is not None else "cache miss"
 
 
-def _setup_environment(device: str) -> None:
-    import logging
-
+def _setup_environment(device: str, env: ScopedEnvironment) -> None:
     if device == "cuda":
         home = cuda_home()
         if home:
-            os.environ["CUDA_HOME"] = home
+            env.set_env("CUDA_HOME", home)
     else:
         # A CPU export never uses CUDA_HOME; torch still warns when it guesses
         # one on a host without a GPU, which is just noise here.
-        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+        env.quiet_logger("torch.utils.cpp_extension")
     # Exporting with --isa portable on a newer CPU makes the loader warn that
     # the package's ISA differs from this host's; that is the point of it.
-    logging.getLogger("torch.export.pt2_archive._package").setLevel(logging.ERROR)
+    env.quiet_logger("torch.export.pt2_archive._package")
 
 
 def _check_device(device: str) -> None:
@@ -401,7 +482,7 @@ def _stage(
     print(f"{times[name]:.1f}s" + (f", {note()}" if note else ""), flush=True)
 
 
-def _private_tmp(work: str) -> str:
+def _private_tmp(work: str, env: ScopedEnvironment) -> str:
     """Route every temporary file Inductor and the package loader make into work/.
 
     Inductor's cache defaults to $TMPDIR/torchinductor_$USER and
@@ -410,8 +491,7 @@ def _private_tmp(work: str) -> str:
     """
     tmp = os.path.join(work, "tmp")
     os.makedirs(tmp)
-    os.environ["TMPDIR"] = tmp
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(tmp, "inductor")
-    os.environ["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
-    tempfile.tempdir = tmp
+    env.set_tempdir(tmp)
+    env.set_env("TORCHINDUCTOR_CACHE_DIR", os.path.join(tmp, "inductor"))
+    env.set_env("TRITON_CACHE_DIR", os.path.join(tmp, "triton"))
     return tmp

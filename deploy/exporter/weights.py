@@ -39,9 +39,10 @@ import json
 import os
 from typing import Any
 
-from .compile import load_contract
+from .contract import load_contract
 from .errors import EXIT_NOT_BASE_ARCHITECTURE, ExportError, first_line
-from .manifest import CUSTOM_CLASS_PREFIX, described_package
+from .manifest import described_package
+from .program_calls import CUSTOM_CLASS_PREFIX
 
 ARCHITECTURE_FILE = "architecture.json"
 ARCHITECTURE_FORMAT = "my_ops.architecture/1"

@@ -26,7 +26,8 @@ from .cross import (
     target_files,
 )
 from .errors import ExportError, first_line
-from .manifest import PackageCalls, write_manifest
+from .manifest import write_manifest
+from .program_calls import PackageCalls
 from .verify import sample_inputs, verify
 
 # A stage line of the export's output, as a context around the work.

@@ -11,7 +11,7 @@ steps:
 3. repackage the .pt2 with the target's shared library and AOTI_MACHINE.
 
 The toolchain, the target's LibTorch and the target's libmy_ops.so come from
-the exporter's runfiles (//deploy/export, built through a platform
+the exporter's runfiles (//deploy/exporter, built through a platform
 transition), described by //tools/cc:compiler_info.bzl's JSON.
 """
 
@@ -49,8 +49,8 @@ TARGETS = {
         # armv8-a includes the FP and Advanced SIMD (NEON) units that
         # Inductor's NEON code needs; every ARM64 Linux CPU has them.
         march="armv8-a",
-        compiler_json="_main/deploy/export/linux_aarch64_compiler/target_compiler.json",
-        op_library="_main/deploy/export/linux_aarch64_ops/libmy_ops.so",
+        compiler_json="_main/deploy/exporter/linux_aarch64_compiler/target_compiler.json",
+        op_library="_main/deploy/exporter/linux_aarch64_ops/libmy_ops.so",
     ),
 }
 

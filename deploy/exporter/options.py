@@ -1,0 +1,101 @@
+"""What an export is asked to do, whoever asks: the command line (cli.py) or Python (api.py).
+
+Options holds every setting once parsed; `checked` applies the rules between them that both
+front ends share, naming each setting the way its front end spells it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from .compile import MAX_AUTOTUNE, MODES, NO_AUTOTUNE
+from .cross import HOST_TARGET, TARGETS
+from .errors import EXIT_USAGE, ExportError
+
+DEVICES = ("cpu", "cuda")
+ISAS = ("portable", "native")
+DEFAULT_MAX_BATCH = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheOptions:
+    folder: str  # absolute
+    # A folder the caller named must be usable; the default folder may be skipped.
+    given: bool
+    max_bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    out: str  # absolute
+    device: str = "cpu"
+    model: str = ""  # what is exported, for messages: MODULE:FACTORY on the command line
+    target: str = HOST_TARGET
+    isa: str = "portable"
+    max_batch: int = DEFAULT_MAX_BATCH
+    mode: str | None = None  # compile.MODES; None: default_mode(device, target)
+    inductor_options: tuple[str, ...] = ()  # KEY=VALUE, parsed once the export has started
+    c_shims: bool = True  # call the op library's C shims, not the ProxyExecutor
+    cache: CacheOptions | None = None  # None: no cache
+    profile_compile: bool = False
+    signing_key: str | None = None  # absolute
+    weights_only: bool = False
+    base: str | None = None  # absolute; with weights_only
+
+
+def tunable(device: str, target: str) -> bool:
+    """Whether --mode max-autotune applies: the tuning benchmarks on the exporting machine, so
+    it is for CPU packages of this machine's architecture."""
+    return device == "cpu" and target == HOST_TARGET
+
+
+def default_mode(device: str, target: str) -> str:
+    return MAX_AUTOTUNE if tunable(device, target) else NO_AUTOTUNE
+
+
+def flag(name: str) -> str:
+    """An Options field as the command line spells it."""
+    return "--" + name.replace("_", "-")
+
+
+def checked(opts: Options, spell: Callable[[str], str] = flag) -> Options:
+    """`opts` with its mode resolved, or ExportError (exit 2) naming the first setting that is
+    out of range or contradicts another, as `spell` writes its name."""
+
+    def refuse(message: str) -> ExportError:
+        return ExportError(message, EXIT_USAGE)
+
+    for name, value, allowed in (
+        ("device", opts.device, DEVICES),
+        ("target", opts.target, (HOST_TARGET, *TARGETS)),
+        ("isa", opts.isa, ISAS),
+        ("mode", opts.mode, (None, *MODES)),
+    ):
+        if value not in allowed:
+            choices = ", ".join(repr(a) for a in allowed if a is not None)
+            raise refuse(f"{spell(name)} must be one of {choices}, got {value!r}")
+    if isinstance(opts.max_batch, bool) or not isinstance(opts.max_batch, int):
+        raise refuse(f"{spell('max_batch')} must be an int, got {opts.max_batch!r}")
+    if opts.max_batch < 1:
+        raise refuse(f"{spell('max_batch')} must be >= 1")
+    if opts.target != HOST_TARGET:
+        if opts.device != "cpu":
+            raise refuse(
+                f"{spell('target')} {opts.target} packages are CPU only ({spell('device')} cpu)"
+            )
+        if opts.isa != "portable":
+            raise refuse(
+                f"{spell('isa')} {opts.isa} is for {HOST_TARGET}; {spell('target')} "
+                f"{opts.target} uses its baseline"
+            )
+    if opts.mode == MAX_AUTOTUNE and not tunable(opts.device, opts.target):
+        # A cross target's package runs on another CPU, and CUDA packages are not measured.
+        raise refuse(
+            f"{spell('mode')} {MAX_AUTOTUNE} is for {spell('device')} cpu packages of {HOST_TARGET}"
+        )
+    if opts.cache is not None and opts.cache.max_bytes < 1 << 20:
+        raise refuse(f"{spell('cache_max_mb')} must be >= 1")
+    if opts.weights_only != (opts.base is not None):
+        raise refuse(f"{spell('weights_only')} and {spell('base')} go together")
+    return dataclasses.replace(opts, mode=opts.mode or default_mode(opts.device, opts.target))

@@ -1,0 +1,166 @@
+"""deploy.export, the exporter as a Python function: two exports in one process, each
+package checked against the model in eager, the process left as it was, and bad
+arguments refused before anything is written."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import bad_models
+import pytest
+import torch
+
+import my_ops
+from deploy import Exported, ExportError, export
+from deploy.exporter.errors import EXIT_OUT_REFUSED, EXIT_USAGE
+
+WIDTH = 32
+
+
+class Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(WIDTH, WIDTH, bias=False)
+        self.bias = torch.nn.Parameter(torch.linspace(-1, 1, WIDTH))
+        self.norm = my_ops.RMSNorm(WIDTH)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(my_ops.fused_bias_gelu(self.linear(x), self.bias))
+
+
+def _block(seed: int) -> Block:
+    torch.manual_seed(seed)
+    return Block()
+
+
+def _batch(max_batch: int) -> tuple:
+    return ({0: torch.export.Dim("batch", min=1, max=max_batch)},)
+
+
+# What an export changes while it runs and must put back.
+_LOGGERS = ("torch.utils.cpp_extension", "torch.export.pt2_archive._package")
+
+
+def _process_state() -> dict:
+    from torch._inductor import codecache
+
+    return {
+        "environ": dict(os.environ),
+        "tempdir": tempfile.tempdir,
+        "gettempdir": tempfile.gettempdir(),
+        "loggers": [logging.getLogger(n).level for n in _LOGGERS],
+        "headers": getattr(codecache, "_HEADER_DIR", None),
+    }
+
+
+def _check_against_eager(exported: Exported, model: torch.nn.Module, batches) -> None:
+    compiled = torch._inductor.aoti_load_package(str(exported.package))
+    model = model.eval()
+    for batch in batches:
+        x = torch.randn(batch, WIDTH, generator=torch.Generator().manual_seed(batch))
+        with torch.no_grad():
+            got, want = compiled(x), model(x)
+        got = got[0] if isinstance(got, (list, tuple)) else got
+        # float32 through one product, GELU and a norm of 32: the exporter's own tolerance.
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_two_exports_in_one_process_leave_it_as_it_was(tmp_path: Path) -> None:
+    before = _process_state()
+    first, second = _block(0).train(), _block(1).train()
+    # One through a cache (the precompiled headers' folder is set while it runs), one without;
+    # different weights and batch ranges, so the second compiles too.
+    a = export(
+        first,
+        (torch.randn(4, WIDTH),),
+        tmp_path / "a",
+        dynamic_shapes=_batch(8),
+        max_batch=8,
+        mode="no-autotune",
+        cache_dir=tmp_path / "cache",
+    )
+    assert _process_state() == before
+    b = export(
+        second,
+        (torch.randn(4, WIDTH),),
+        tmp_path / "b",
+        dynamic_shapes=_batch(5),
+        max_batch=5,
+        mode="no-autotune",
+        cache=False,
+    )
+    assert _process_state() == before
+    assert first.training and second.training
+    assert a.out == tmp_path / "a" and b.out == tmp_path / "b"
+    for exported in (a, b):
+        assert set(exported.times) == {"export", "compile", "verify"}, exported.times
+        assert exported.manifest.is_file()
+    _check_against_eager(a, first, (1, 8))
+    _check_against_eager(b, second, (1, 5))
+    # No temporary folder left beside the outputs.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "cache"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_batch": 0}, "max_batch must be >= 1"),
+        ({"device": "tpu"}, "device must be one of 'cpu', 'cuda', got 'tpu'"),
+        ({"mode": "fast"}, "mode must be one of 'max-autotune', 'no-autotune', got 'fast'"),
+        ({"target": "linux-aarch64", "mode": "max-autotune"}, "mode max-autotune is for"),
+        ({"cache": False, "cache_dir": "c"}, "cache=False and cache_dir contradict each other"),
+        ({"inductor_options": {"max_autotune": object()}}, "inductor_options['max_autotune']"),
+        ({"inductor_options": {"no_such_key": 1}}, "torch._inductor.config has no no_such_key"),
+        ({"atol": -1.0}, "atol must be a number >= 0"),
+        ({"signing_key": ""}, "signing_key must be a non-empty path"),
+    ],
+)
+def test_a_bad_argument_is_refused_by_name(tmp_path: Path, kwargs: dict, message: str) -> None:
+    before = _process_state()
+    with pytest.raises(ExportError) as caught:
+        export(_block(0), (torch.randn(2, WIDTH),), tmp_path / "out", **kwargs)
+    assert caught.value.code == EXIT_USAGE
+    assert message in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+    assert _process_state() == before
+
+
+def test_the_model_and_its_inputs_are_checked_first(tmp_path: Path) -> None:
+    with pytest.raises(ExportError, match="model must be a torch.nn.Module, got function"):
+        export(bad_models.raises, (torch.randn(2, WIDTH),), tmp_path / "out")
+    with pytest.raises(ExportError, match="example_inputs must be a tuple"):
+        export(_block(0), torch.randn(2, WIDTH), tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_out_that_may_not_be_replaced_is_left_untouched(tmp_path: Path) -> None:
+    out = tmp_path / "notes"
+    out.mkdir()
+    (out / "mine.txt").write_text("keep me")
+    with pytest.raises(ExportError) as caught:
+        export(_block(0), (torch.randn(2, WIDTH),), out)
+    assert caught.value.code == EXIT_OUT_REFUSED
+    assert str(out) in str(caught.value)
+    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert (out / "mine.txt").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
+
+
+def test_a_model_that_does_not_export_leaves_nothing(tmp_path: Path) -> None:
+    before = _process_state()
+    spec = bad_models.data_dependent(max_batch=8)
+    with pytest.raises(ExportError, match="^torch.export failed: "):
+        export(
+            spec.module,
+            spec.example_inputs,
+            tmp_path / "deep" / "out",
+            dynamic_shapes=spec.dynamic_shapes,
+            max_batch=8,
+            cache=False,
+        )
+    # Not even the folders made for --out.
+    assert list(tmp_path.iterdir()) == []
+    assert _process_state() == before
