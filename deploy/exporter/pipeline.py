@@ -251,21 +251,6 @@ def _exported_program(
             ) from e
 
 
-def _export_weights(
-    spec: Any,
-    module: Any,
-    ep: Any,
-    base: Base,
-    stage: str,
-    device: str,
-    signing_key: Any,
-    times: dict[str, float],
-) -> None:
-    held: list[str] = []
-    with _stage("weights", times, lambda: held[0]):
-        held.append(_write_weights_export(spec, module, ep, base, stage, device, signing_key))
-
-
 def _export_package(
     opts: Options,
     spec: Any,
@@ -354,7 +339,7 @@ def _export_package(
     build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls)
 
 
-def _write_weights_export(
+def _export_weights(
     spec: Any,
     module: Any,
     ep: Any,
@@ -362,31 +347,32 @@ def _write_weights_export(
     stage: str,
     device: str,
     signing_key: Any,
-) -> str:
-    """--weights-only: the weights file, and a sample with this model's eager outputs.
-
-    Returns what the weights file holds, for the stage's line."""
+    times: dict[str, float],
+) -> None:
+    """--weights-only: the weights file, and a sample with this model's eager outputs."""
     import torch
 
     package, base_architecture = base
-    mine = architecture(ep)
-    difference = first_difference(base_architecture, mine)
-    if difference is not None:
-        raise ExportError(
-            f"the model does not have the --base package's architecture: {difference}; "
-            "a weights file carries new values only (export a new package instead)",
-            EXIT_NOT_BASE_ARCHITECTURE,
+    held: list[str] = []  # what the weights file holds, for the stage's line
+    with _stage("weights", times, lambda: held[0]):
+        mine = architecture(ep)
+        difference = first_difference(base_architecture, mine)
+        if difference is not None:
+            raise ExportError(
+                f"the model does not have the --base package's architecture: {difference}; "
+                "a weights file carries new values only (export a new package instead)",
+                EXIT_NOT_BASE_ARCHITECTURE,
+            )
+        write_weights(stage, ep, package, signing_key)
+        sample = sample_inputs(spec, device)
+        with torch.no_grad():
+            expected = to_device(as_tuple(module(*sample)), "cpu")
+        torch.save(to_device(sample, "cpu"), os.path.join(stage, "sample_input.pt"))
+        torch.save(expected, os.path.join(stage, "expected_output.pt"))
+        held.append(
+            f"{len(mine['constants'])} constants and {len(mine['custom_objects'])} custom "
+            f"objects for package {package['sha256'][:16]}..."
         )
-    write_weights(stage, ep, package, signing_key)
-    sample = sample_inputs(spec, device)
-    with torch.no_grad():
-        expected = to_device(as_tuple(module(*sample)), "cpu")
-    torch.save(to_device(sample, "cpu"), os.path.join(stage, "sample_input.pt"))
-    torch.save(expected, os.path.join(stage, "expected_output.pt"))
-    return (
-        f"{len(mine['constants'])} constants and {len(mine['custom_objects'])} custom objects "
-        f"for package {package['sha256'][:16]}..."
-    )
 
 
 def _open_cache(opts: CacheOptions | None) -> Cache | None:
