@@ -389,16 +389,16 @@ def main(argv: list[str] | None = None) -> int:
         "ops": _real("MY_OPS_LIBRARY"),
     }
     exporter = [_real("MY_OPS_EXPORT")]
-    # Real paths for this process (it loads the models and my_ops too) and its children. The
-    # model files are local: transformers must not look for a hub, nor draw progress bars.
     # The C++ runners find LibTorch's libraries as on an edge machine, through the library path:
     # their own run paths lead into runfiles trees that a `bazel run` of this target does not
     # make (libtorch.so's libtorch_cuda.so is found only there). The folder in this target's
     # runfiles, not its real path: LibTorch's CUDA libraries find NVIDIA's beside it, at
     # ../../nvidia, in the tree that the LibTorch repository lays out with links.
-    _real("LIBTORCH_LIB")
+    _real("LIBTORCH_LIB")  # one line and exit 1 when it is missing
     libtorch = os.path.dirname(os.path.abspath(os.environ["LIBTORCH_LIB"]))
     library_path = os.environ.get("LD_LIBRARY_PATH")
+    # Real paths for this process (it loads the models and my_ops too) and its children. The
+    # model files are local: transformers must not look for a hub, nor draw progress bars.
     os.environ.update(
         {var: _real(var) for var in (real_models.MINILM_ENV, real_models.SMOLLM2_ENV)},
         LD_LIBRARY_PATH=f"{libtorch}:{library_path}" if library_path else libtorch,
