@@ -1,8 +1,8 @@
 // Times two AOTInductor packages against each other in one process, for //deploy:bench's
 // custom-op tax table: the C++ runner's side of "ours / Inductor's".
 //
-// Each package is loaded the way the loader loads one (deploy/loader/runner.h: a private,
-// hashed copy; the op libraries dlopen()ed into the global scope first; one runner), then the
+// Each package is opened as the loader opens one (my_ops/model.h: a private, hashed copy; the op
+// libraries dlopen()ed into the global scope first; one runner; no manifest), then the
 // two are called in alternating blocks of a few calls, so background load and the CPU's clock
 // fall on both alike. Timed in separate processes, the same package against itself gave
 // per-round ratios from 0.6 to 1.9 at 1 x 64 on a shared 2-core machine; alternating in one
@@ -15,21 +15,24 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "deploy/loader/failure.h"
-#include "deploy/loader/file_io.h"
-#include "deploy/loader/private_dir.h"
-#include "deploy/loader/runner.h"
-#include "deploy/loader/stage.h"
-#include "deploy/loader/tensor_io.h"
-#include "deploy/loader/text.h"
-#include "deploy/loader/verified_copy.h"
+#include "deploy/loader/percentile.h"
+#include "my_ops/error.h"
+#include "my_ops/model.h"
+#include "my_ops/process.h"
+#include "my_ops/tensor_file.h"
 
 namespace my_ops::bench {
 namespace {
 
-using namespace my_ops::loader;
+using deploy::Error;
+using enum deploy::ExitCode;
+
+[[noreturn]] void fail(deploy::ExitCode code, std::string message) {
+  throw Error(code, std::move(message));
+}
 
 constexpr const char* kUsageText =
     R"(usage: paired_timer --ops LIB [--ops LIB ...] --input FILE [--calls N] [--rounds R]
@@ -103,38 +106,30 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
-double median_of(std::vector<double>& v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
-  return v[v.size() / 2];
-}
-
 int run(int argc, char** argv) {
   const Options opt = parse(argc, argv);
-  Stage::install();
-  const std::unique_ptr<PrivateDir> dir = PrivateDir::create();
-  std::vector<VerifiedCopy> packages;
-  for (size_t i = 0; i < 2; ++i) {
-    packages.push_back(copy_and_hash(
-        opt.packages[i], dir->path() + "/model_" + std::to_string(i) + ".pt2", kPackageRole));
-  }
-  std::vector<VerifiedCopy> libraries;
-  for (size_t i = 0; i < opt.ops.size(); ++i) {
-    libraries.push_back(copy_and_hash(
-        opt.ops[i], dir->path() + "/op_library_" + std::to_string(i) + ".so", kOpLibraryRole));
-  }
-  std::vector<at::Tensor> inputs = load_tensors(opt.input, "input file", kMaxInputBytes);
-  // As the loader runs a package: load_package turns on the input checks compiled into it.
-  load_op_libraries(libraries);
-  auto ours = load_package(packages[0], 1);
-  auto theirs = load_package(packages[1], 1);
-  validate_inputs(inputs, ours->get_metadata());
-  validate_inputs(inputs, theirs->get_metadata());
-  for (auto& t : inputs) t = t.contiguous();
+  auto check = [&](const std::string& package) {
+    deploy::OpenOptions options;
+    options.package = package;
+    options.verify = false;  // the benchmark's own packages, just exported
+    options.op_libraries = opt.ops;
+    return deploy::CheckedPackage::check(options);
+  };
+  // Both packages and the input file are read before anything loads, as the loader does.
+  deploy::CheckedPackage ours_package = check(opt.packages[0]);
+  deploy::CheckedPackage theirs_package = check(opt.packages[1]);
+  const std::vector<at::Tensor> inputs =
+      deploy::read_tensors(opt.input, kMaxInputBytes, "input file");
+  const deploy::Model ours = deploy::Model::load(std::move(ours_package));
+  const deploy::Model theirs = deploy::Model::load(std::move(theirs_package));
+  // Checked against each package's input signature and made contiguous once, not per call.
+  const std::vector<at::Tensor> ours_inputs = ours.prepare(inputs);
+  const std::vector<at::Tensor> theirs_inputs = theirs.prepare(inputs);
 
   // Warm-up: the first calls pay for lazy initialisation.
   for (int i = 0; i < 20; ++i) {
-    ours->run(inputs);
-    theirs->run(inputs);
+    ours.run(ours_inputs);
+    theirs.run(theirs_inputs);
   }
   for (long round = 0; round < opt.rounds; ++round) {
     std::vector<double> times[2];
@@ -143,16 +138,17 @@ int run(int argc, char** argv) {
       const long n = std::min(opt.block, opt.calls - done);
       for (int turn = 0; turn < 2; ++turn) {
         const int side = static_cast<int>((block + round + turn) % 2);
-        auto& model = side == 0 ? *ours : *theirs;
+        const deploy::Model& model = side == 0 ? ours : theirs;
+        const std::vector<at::Tensor>& model_inputs = side == 0 ? ours_inputs : theirs_inputs;
         for (long k = 0; k < n; ++k) {
           const auto t0 = std::chrono::steady_clock::now();
-          model.run(inputs);
+          model.run(model_inputs);
           const auto t1 = std::chrono::steady_clock::now();
           times[side].push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         }
       }
     }
-    std::printf("%.6f %.6f\n", median_of(times[0]), median_of(times[1]));
+    std::printf("%.6f %.6f\n", loader::percentile(times[0], 50), loader::percentile(times[1], 50));
     std::fflush(stdout);
   }
   return kOk;
@@ -162,20 +158,21 @@ int run(int argc, char** argv) {
 }  // namespace my_ops::bench
 
 int main(int argc, char** argv) {
-  using namespace my_ops::loader;
-  PrivateDir::block_signals();
-  PrivateDir::handle_signals();
-  int code = kOther;
+  my_ops::deploy::install_process_handlers("paired_timer");
+  int code = my_ops::deploy::kOther;
   std::string error;
   try {
     code = my_ops::bench::run(argc, argv);
-  } catch (const Failure& f) {
-    error = f.message;
-    code = f.code;
+  } catch (const my_ops::deploy::Error& e) {
+    error = e.what();
+    code = e.code();
   } catch (const std::exception& e) {
-    error = error_text(e);
+    error = e.what();
+    error = error.substr(0, error.find('\n'));
   }
-  if (code != kOk) std::cerr << "paired_timer: error: " << escape_line(error) << "\n";
-  PrivateDir::remove_all();
+  if (code != my_ops::deploy::kOk) {
+    std::cerr << "paired_timer: error: " << my_ops::deploy::escape_line(error) << "\n";
+  }
+  my_ops::deploy::remove_private_folders();
   return code;
 }

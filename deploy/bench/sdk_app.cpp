@@ -3,27 +3,18 @@
 // `loader --bench` times its runs, and prints the same line.
 //   sdk_app --ops LIB --package P --input I --bench N
 
-#include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "deploy/loader/percentile.h"
 #include "my_ops/model.h"
 #include "my_ops/tensor_file.h"
 
-namespace {
-
-double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  const size_t idx = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
-  return v[std::min(idx == 0 ? 0 : idx - 1, v.size() - 1)];
-}
-
-}  // namespace
+using my_ops::loader::percentile;
 
 int main(int argc, char** argv) {
   my_ops::deploy::OpenOptions options;

@@ -1,8 +1,8 @@
-"""package_contract.json: what the exporter writes and the C++ loader reads, written once.
+"""package_contract.json: what the exporter writes and the C++ runtime reads, written once.
 
 The exporter and the bundle check read the file through load(); Bazel runs
-this file as a program to write the C++ header the loader compiles in
-(deploy/loader:package_contract):
+this file as a program to write the C++ header the runtime compiles in
+(//deploy/runtime:package_contract):
 
     package_contract.py CONTRACT.json HEADER.h
 
@@ -282,7 +282,7 @@ def cc_header(contract: Contract, source: str = "deploy/contract/package_contrac
         "not this one.",
         "#pragma once",
         "",
-        "namespace my_ops::loader::contract {",
+        "namespace my_ops::deploy::detail::contract {",
         "",
         '// manifest.json\'s "format".',
         f'inline constexpr char kManifestFormat[] = "{contract.manifest_format}";',
@@ -297,7 +297,7 @@ def cc_header(contract: Contract, source: str = "deploy/contract/package_contrac
         + ", ".join(f'"{v}"' for v in contract.input_dtypes.values())
         + "};",
         "",
-        "}  // namespace my_ops::loader::contract",
+        "}  // namespace my_ops::deploy::detail::contract",
     ]
     for target in contract.target_macros:
         rows = [r for r in contract.cpu_features if r.target == target]

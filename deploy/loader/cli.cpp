@@ -7,9 +7,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <set>
+#include <string>
+#include <utility>
 
-#include "deploy/loader/failure.h"
-#include "deploy/loader/file_io.h"
+#include "my_ops/error.h"
 
 namespace my_ops::loader {
 
@@ -125,6 +126,12 @@ Exit status (one line on stderr for every error):
 )";
 
 namespace {
+
+using enum deploy::ExitCode;
+
+[[noreturn]] void fail(deploy::ExitCode code, std::string message) {
+  throw deploy::Error(code, std::move(message));
+}
 
 // std::from_chars rather than strtol: glibc >= 2.38 headers redirect strtol to __isoc23_strtol,
 // which would raise the binary's minimum glibc for nothing.
@@ -264,7 +271,9 @@ void resolve_paths(Options& o, const std::string& base) {
 }
 
 std::string default_op_library(const std::string& exe_path, const std::string& runfiles_dir) {
-  const std::string beside = dir_name(exe_path) + "/libmy_ops.so";
+  const size_t slash = exe_path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : exe_path.substr(0, slash);
+  const std::string beside = folder + "/libmy_ops.so";
   if (is_file(beside)) return beside;
   std::vector<std::string> runfiles;
   if (!runfiles_dir.empty()) runfiles.push_back(runfiles_dir + "/_main/ops/libmy_ops.so");

@@ -17,28 +17,24 @@
 #include <vector>
 
 #include "deploy/loader/cli.h"
-#include "deploy/loader/failure.h"
-#include "deploy/loader/file_io.h"
-#include "deploy/loader/private_dir.h"
-#include "deploy/loader/runner.h"
-#include "deploy/loader/stage.h"
-#include "deploy/loader/tensor_io.h"
-#include "deploy/loader/text.h"
+#include "deploy/loader/concurrent_runs.h"
+#include "deploy/loader/expect.h"
+#include "deploy/loader/percentile.h"
+#include "my_ops/error.h"
 #include "my_ops/model.h"
+#include "my_ops/process.h"
+#include "my_ops/tensor_file.h"
 
 namespace my_ops::loader {
 namespace {
+
+using deploy::Error;
+using enum deploy::ExitCode;
 
 std::string exe_path() {
   std::vector<char> buf(4096);
   ssize_t n = ::readlink("/proc/self/exe", buf.data(), buf.size() - 1);
   return n > 0 ? std::string(buf.data(), static_cast<size_t>(n)) : std::string("./loader");
-}
-
-void check_output(const std::string& path) {
-  if (auto problem = output_problem(path)) {
-    fail(kOutputUnwritable, "cannot write output " + path + ": " + *problem);
-  }
 }
 
 std::string env_or_empty(const char* name) {
@@ -70,8 +66,7 @@ int run(int argc, char** argv) {
   if (opt.ops.empty()) {
     opt.ops.push_back(default_op_library(exe_path(), env_or_empty("RUNFILES_DIR")));
   }
-  check_output(opt.output);
-  Stage::install();
+  deploy::check_output_path(opt.output);
 
   // The package and the op libraries, copied and checked; nothing of them loaded yet.
   deploy::CheckedPackage checked = deploy::CheckedPackage::check(open_options(opt));
@@ -80,11 +75,13 @@ int run(int argc, char** argv) {
                  "against a manifest; running unverified native code\n";
   }
   const uint64_t max_input = opt.max_input_mib << 20;
-  std::vector<at::Tensor> inputs = load_tensors(opt.input, "input file", max_input);
+  std::vector<at::Tensor> inputs = deploy::read_tensors(opt.input, max_input, "input file");
   std::vector<at::Tensor> expected;
-  if (!opt.expect.empty()) expected = load_tensors(opt.expect, "expected-output file", max_input);
+  if (!opt.expect.empty()) {
+    expected = deploy::read_tensors(opt.expect, max_input, "expected-output file");
+  }
   // Every file the run reads is open by now: the output may be none of them.
-  check_output(opt.output);
+  deploy::check_output_path(opt.output);
 
   deploy::Model model = deploy::Model::load(std::move(checked));
   if (!opt.weights.empty()) model.update_weights({opt.weights, opt.weights_manifest});
@@ -112,16 +109,15 @@ int run(int argc, char** argv) {
     outputs =
         run_concurrently(call, inputs, opt.threads, opt.threads > 1 ? opt.threads : 0, nullptr);
   }
-  for (auto& t : outputs) t = t.cpu();
-  save_tensors(opt.output, outputs);
+  deploy::write_tensors(opt.output, outputs);
   if (!opt.expect.empty()) {
     compare_expected(outputs, expected, opt.expect, opt.atol, opt.rtol, opt.exact);
-    std::printf("outputs match %s%s\n", escape_line(opt.expect).c_str(),
+    std::printf("outputs match %s%s\n", deploy::escape_line(opt.expect).c_str(),
                 opt.exact ? " bit for bit" : "");
   }
   // SIGPIPE is ignored, so a closed stdout shows up here, as an error with its own code.
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    fail(kOther, std::string("cannot write to standard output: ") + std::strerror(errno));
+    throw Error(kOther, std::string("cannot write to standard output: ") + std::strerror(errno));
   }
   return kOk;
 }
@@ -130,35 +126,31 @@ int run(int argc, char** argv) {
 }  // namespace my_ops::loader
 
 int main(int argc, char** argv) {
-  using namespace my_ops::loader;
-  // Before any thread exists, so that every thread inherits the mask and only the cleanup
-  // thread ever sees these signals.
-  PrivateDir::block_signals();
-  PrivateDir::handle_signals();
+  // Before any thread exists, so that every thread inherits the blocked signals.
+  my_ops::deploy::install_process_handlers("loader");
   // A closed pipe or a file-size limit makes the write fail (EPIPE, EFBIG) instead of killing
   // the loader before it cleans up, so each ends with its own line and exit code.
   std::signal(SIGPIPE, SIG_IGN);
   std::signal(SIGXFSZ, SIG_IGN);
-  int code = kOther;
+  int code = my_ops::deploy::kOther;
   std::string error;
   try {
-    code = run(argc, argv);
+    code = my_ops::loader::run(argc, argv);
   } catch (const my_ops::deploy::Error& e) {
     error = e.what();
     code = e.code();
-  } catch (const Failure& f) {
-    error = f.message;
-    code = f.code;
   } catch (const std::exception& e) {
-    error = error_text(e);
-    code = kOther;
+    // The API and the loader's own units throw Errors; this is LibTorch's or the library's.
+    error = e.what();
+    error = error.substr(0, error.find('\n'));
   } catch (...) {
     error = "unknown exception";
-    code = kOther;
   }
   // Paths and names in a message come from outside: one line, whatever they hold.
-  if (code != kOk) std::cerr << "loader: error: " << escape_line(error) << "\n";
+  if (code != my_ops::deploy::kOk) {
+    std::cerr << "loader: error: " << my_ops::deploy::escape_line(error) << "\n";
+  }
   std::cout.flush();
-  PrivateDir::remove_all();
+  my_ops::deploy::remove_private_folders();
   return code;
 }

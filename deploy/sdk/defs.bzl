@@ -1,16 +1,15 @@
 """sdk_archive: the C++ SDK as a tarball, for the host or another platform."""
 
 load("@libtorch//:defs.bzl", "CXX11_ABI", "TORCH_VERSION")
+load("//deploy/runtime:headers.bzl", "PUBLIC_HEADERS")
 load("//tools/platforms:platform_data.bzl", "platform_data")
 
-# Where each of the SDK's files comes from, by its path in the archive.
+# Where each of the SDK's files comes from, by its path in the archive: the
+# runtime library's public headers, and the example.
 _FILES = {
-    "include/my_ops/error.h": "include/my_ops/error.h",
-    "include/my_ops/model.h": "include/my_ops/model.h",
-    "include/my_ops/tensor_file.h": "include/my_ops/tensor_file.h",
     "share/my_ops/example/CMakeLists.txt": "example/CMakeLists.txt",
     "share/my_ops/example/main.cpp": "example/main.cpp",
-}
+} | {header: "//deploy/runtime:" + header for header in PUBLIC_HEADERS}
 
 _TEMPLATES = {
     "lib/cmake/my_ops/my_opsConfig.cmake": "cmake/my_opsConfig.cmake.in",

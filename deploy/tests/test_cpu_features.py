@@ -1,7 +1,7 @@
 """The CPU features of deploy/contract/package_contract.json as the exporter uses them.
 
-The loader compiles the same rows in (deploy/loader/package_contract.h); its
-side is tested in deploy/loader/tests/cpu_check_test.cpp, and the reader of
+The loader compiles the same rows in (deploy/runtime/src/package_contract.h); its
+side is tested in deploy/runtime/tests/cpu_check_test.cpp, and the reader of
 the file in test_package_contract.py. Nothing here exports or loads a
 package: manifests are made from stand-in files, and torch is a stand-in.
 """

@@ -2,7 +2,7 @@
 
 The exporter and the loader's generated header both come through this reader,
 so what it lets through is what the two sides agree on. The loader's side of
-the header is tested in deploy/loader/tests/cpu_check_test.cpp.
+the header is tested in deploy/runtime/tests/cpu_check_test.cpp.
 """
 
 from __future__ import annotations

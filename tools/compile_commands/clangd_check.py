@@ -32,7 +32,7 @@ WORKSPACE = Path(__file__).resolve().parent.parent.parent
 DEFAULT_FILES = (
     "ops/fused_bias_gelu/cpu.cpp",
     "deploy/loader/main.cpp",
-    "deploy/loader/runner.cpp",
+    "deploy/runtime/src/runner.cpp",
 )
 INSTALL_HINT = "apt-get install clangd-14 libomp-14-dev"
 

@@ -109,5 +109,5 @@ def test_bazel_flags_after_double_dash() -> None:
     assert check.parse_args([]).files == [
         "ops/fused_bias_gelu/cpu.cpp",
         "deploy/loader/main.cpp",
-        "deploy/loader/runner.cpp",
+        "deploy/runtime/src/runner.cpp",
     ]

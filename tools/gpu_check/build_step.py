@@ -242,14 +242,14 @@ def _loader_commands(run: Run, cxx_flags: list[str], torch_link: list[str]):
     nlohmann = _find("MY_OPS_NLOHMANN_JSON", "*nlohmann_json*", "include/nlohmann/json.hpp")
     # Bazel generates it from deploy/contract/package_contract.json.
     gen = run.work / "gen"
-    header = gen / "deploy/loader/package_contract.h"
+    header = gen / "deploy/runtime/src/package_contract.h"
     contract = [
         sys.executable,
         "deploy/contract/package_contract.py",
         "deploy/contract/package_contract.json",
     ]
-    # The loader is built on the deploy API, whose public headers sit under deploy/sdk/include.
-    cmd = [run.facts["cxx"], *cxx_flags, f"-I{gen}", f"-I{ROOT / 'deploy/sdk/include'}", "-O2"]
+    # The loader is built on the runtime library, whose public headers sit under its include/.
+    cmd = [run.facts["cxx"], *cxx_flags, f"-I{gen}", f"-I{ROOT / 'deploy/runtime/include'}", "-O2"]
     cmd += ["-pthread"]
     cmd += ["-o", str(run.work / "loader")]
     for hit in (sodium, nlohmann):
@@ -258,7 +258,7 @@ def _loader_commands(run: Run, cxx_flags: list[str], torch_link: list[str]):
         # on sodium.h or nlohmann/json.hpp, which the loader step explains.
         if hit and (hit[0] / "include").resolve() not in SYSTEM_INCLUDES:
             cmd += ["-isystem", str(hit[0] / "include")]
-    for folder in ("deploy/loader", "deploy/sdk"):
+    for folder in ("deploy/loader", "deploy/runtime/src"):
         cmd += sorted(str(p) for p in (ROOT / folder).glob("*.cpp"))
     cmd += ([str(sodium[0] / sodium[1])] if sodium else []) + torch_link + ["-ldl"]
     return [*contract, str(header)], cmd

@@ -58,12 +58,13 @@ _CHECKOUT_FILES = [
     "ops/b/cpu.cpp",
     "ops/common/launch.cuh",
     "deploy/loader/main.cpp",
-    "deploy/loader/runner.cpp",
-    "deploy/loader/runner.h",
-    "deploy/loader/tests/runner_test.cpp",
-    "deploy/sdk/model.cpp",
-    "deploy/sdk/include/my_ops/model.h",
-    "deploy/sdk/tests/model_test.cpp",
+    "deploy/loader/cli.cpp",
+    "deploy/loader/cli.h",
+    "deploy/loader/tests/cli_test.cpp",
+    "deploy/runtime/src/model.cpp",
+    "deploy/runtime/src/runner.h",
+    "deploy/runtime/include/my_ops/model.h",
+    "deploy/runtime/tests/model_test.cpp",
     "python/tests/test_ops.py",
     "checks/one_test.py",
 ]
@@ -380,10 +381,14 @@ def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path, c
     loader = [c for c in steps["build"] if re.search(r" -o \S+/loader ", c)]
     assert len(loader) == 1, steps["build"]
     sources = re.findall(rf" {checkout}/(\S+\.cpp)\b", loader[0])
-    assert sources == ["deploy/loader/main.cpp", "deploy/loader/runner.cpp", "deploy/sdk/model.cpp"]
-    assert f" -I{checkout}/deploy/sdk/include " in loader[0]
+    assert sources == [
+        "deploy/loader/cli.cpp",
+        "deploy/loader/main.cpp",
+        "deploy/runtime/src/model.cpp",
+    ]
+    assert f" -I{checkout}/deploy/runtime/include " in loader[0]
     contract = [c for c in steps["build"] if "package_contract.py" in c]
-    assert len(contract) == 1 and contract[0].endswith("/gen/deploy/loader/package_contract.h")
+    assert len(contract) == 1 and contract[0].endswith("/gen/deploy/runtime/src/package_contract.h")
     tests = steps["tests"]
     assert len(tests) == 1 and "MY_OPS_TEST_DEVICES=cuda " in tests[0]
     assert " -m pytest python/tests -q " in tests[0]

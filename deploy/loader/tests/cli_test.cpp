@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "deploy/loader/failure.h"
+#include "my_ops/error.h"
 
 namespace my_ops::loader {
 namespace {
@@ -33,9 +33,9 @@ std::vector<const char*> with(std::vector<const char*> extra) {
 std::string usage_error(std::vector<const char*> args) {
   try {
     parse(std::move(args));
-  } catch (const Failure& f) {
-    EXPECT_EQ(f.code, kUsage) << f.message;
-    return f.message;
+  } catch (const deploy::Error& e) {
+    EXPECT_EQ(e.code(), deploy::kUsage) << e.what();
+    return e.what();
   }
   return "";
 }
