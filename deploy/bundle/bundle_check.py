@@ -9,9 +9,9 @@ edge machine: manifest.json must be in this contract's format, and list the
 sha256 of model.pt2 and of LIB.so. Only then are the files copied into DIR,
 so a bundle built from DIR is never one that every edge machine refuses.
 
-Exit status: 0 on success, 2 on bad usage, 3 when model.pt2 or LIB.so does
+Exit status: 0 on success, 2 on bad usage, 10 when model.pt2 or LIB.so does
 not match manifest.json (or the manifest is unreadable as one), 1 on any
-other failure. On failure nothing is written into DIR.
+other failure: the loader's numbers for the same failures. On failure nothing is written into DIR.
 """
 
 from __future__ import annotations
@@ -21,10 +21,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from deploy.bundle.check import BundleError, check_export
+from deploy.bundle.check import EXIT_USAGE, BundleError, check_export
 from deploy.contract.command_line import NonEmptyValueParser
-
-EXIT_USAGE = 2
 
 
 def _die(msg: str, code: int) -> NoReturn:

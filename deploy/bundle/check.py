@@ -18,8 +18,12 @@ from typing import Any, NoReturn
 from ..contract.package_contract import Contract, ContractError
 from ..contract.package_contract import load as load_contract
 
-EXIT_FAILURE = 1
-EXIT_MISMATCH = 3
+# Every program's numbers (package_contract.json's exit_codes): a file that does not match
+# the export's manifest is an integrity failure, as the loader reports one.
+_CODES = load_contract()
+EXIT_FAILURE = _CODES.exit_code("other")
+EXIT_USAGE = _CODES.exit_code("usage")
+EXIT_MISMATCH = _CODES.exit_code("integrity")
 
 
 class BundleError(Exception):

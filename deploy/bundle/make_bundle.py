@@ -9,8 +9,9 @@ manifest.json's format and its sha256 of model.pt2 and of the op library, as the
 loader will check them) and the tarball is written from those same copies, so a
 bundle that every edge machine's loader would refuse is never made.
 
-Exit status: 0 on success, 2 on bad usage, 3 when model.pt2 or the op library does
-not match manifest.json, 1 on any other failure. On failure --out is left as it was.
+Exit status: 0 on success, 2 on bad usage, 10 when model.pt2 or the op library does
+not match manifest.json, 1 on any other failure (the loader's numbers for the same
+failures). On failure --out is left as it was.
 """
 
 from __future__ import annotations
@@ -28,9 +29,16 @@ from pathlib import Path
 from typing import NoReturn
 
 from ..contract.command_line import NonEmptyValueParser
-from .check import EXIT_FAILURE, BundleError, check_export, check_names, contract
+from .check import (
+    EXIT_FAILURE,
+    EXIT_MISMATCH,
+    EXIT_USAGE,
+    BundleError,
+    check_export,
+    check_names,
+    contract,
+)
 
-EXIT_USAGE = 2
 TOP = "my_ops_bundle"
 # pkg_tar's timestamp, so the two ways of making a bundle agree.
 MTIME = 946684800
@@ -102,8 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = _Parser(
         prog="my-ops-bundle",
         description=__doc__.split("\n\n")[0],
-        epilog="Exit status: 0 on success, 2 on bad usage (an empty flag value included), 3 "
-        "when model.pt2 or the op library does not match manifest.json, 1 on any other failure.",
+        epilog=f"Exit status: 0 on success, {EXIT_USAGE} on bad usage (an empty flag value "
+        f"included), {EXIT_MISMATCH} when model.pt2 or the op library does not match "
+        f"manifest.json, {EXIT_FAILURE} on any other failure (the loader's numbers for the same "
+        "failures).",
     )
     p.add_argument("export", type=Path, metavar="EXPORT_DIR", help="an export's --out folder")
     p.add_argument(

@@ -24,6 +24,10 @@ Entries:
                     alignment: the byte multiple at which each tensor starts
                     in weights.bin; files: what a weights export
                     (export --weights-only) writes, required and optional.
+  exit_codes        codes: every program's exit statuses, one row per number:
+                    name (the Python tools' key, and my_ops/error.h's
+                    enumerator: usage is kUsage), code, and meaning (one
+                    sentence, what `loader --help` lists for it).
   input_signature   metadata_key: the package metadata entry in which the
                     exporter stores the model's input signature (JSON, see
                     export_compile.input_signature); dtypes: torch dtype name
@@ -68,6 +72,9 @@ _DTYPE = re.compile(r"[A-Za-z0-9]+")
 _LITERAL = re.compile(r"[A-Za-z0-9._/-]+")
 # A file name in an export's folder.
 _FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+_EXIT_NAME = re.compile(r"[a-z][a-z0-9_]*")
+# What goes into a C++ string literal as it is, spaces and punctuation included.
+_MEANING = re.compile(r"[A-Za-z0-9 .,:;()/'+_-]+")
 
 
 class ContractError(ValueError):
@@ -92,6 +99,18 @@ class CpuFeature:
 
 
 @dataclasses.dataclass(frozen=True)
+class ExitCode:
+    name: str
+    code: int
+    meaning: str
+
+    @property
+    def cc_name(self) -> str:
+        """my_ops/error.h's enumerator: kUsage, kOpsLibrary."""
+        return "k" + "".join(part.capitalize() for part in self.name.split("_"))
+
+
+@dataclasses.dataclass(frozen=True)
 class Contract:
     manifest_format: str
     input_metadata_key: str
@@ -106,6 +125,14 @@ class Contract:
     weights_alignment: int = 64
     weights_files: tuple[str, ...] = ()
     optional_weights_files: tuple[str, ...] = ()
+    exit_codes: tuple[ExitCode, ...] = ()
+
+    def exit_code(self, name: str) -> int:
+        """The exit status called `name` in exit_codes. Raises KeyError."""
+        for row in self.exit_codes:
+            if row.name == name:
+                return row.code
+        raise KeyError(f"no exit code {name!r} in the contract")
 
 
 def _members(obj: Any, where: str, required: set[str], optional: set[str] = frozenset()) -> dict:
@@ -182,7 +209,14 @@ def parse(data: Any, path: str) -> Contract:
         top = _members(
             data,
             "the top level",
-            {"manifest_format", "export_files", "weights", "input_signature", "targets"},
+            {
+                "manifest_format",
+                "export_files",
+                "weights",
+                "exit_codes",
+                "input_signature",
+                "targets",
+            },
             {"about"},
         )
         fmt = _string(top["manifest_format"], "manifest_format", _LITERAL)
@@ -200,6 +234,7 @@ def parse(data: Any, path: str) -> Contract:
         for needed in ("weights.bin", "weights.json"):
             if needed not in weights_required:
                 raise ContractError(f"weights.files.required must list {needed}")
+        exit_codes = _exit_codes(top["exit_codes"], "exit_codes")
         sig = _members(top["input_signature"], "input_signature", {"metadata_key", "dtypes"})
         key = _string(sig["metadata_key"], "input_signature.metadata_key", _LITERAL)
         dtypes = _mapping(sig["dtypes"], "input_signature.dtypes")
@@ -233,7 +268,30 @@ def parse(data: Any, path: str) -> Contract:
         alignment,
         weights_required,
         weights_optional,
+        exit_codes,
     )
+
+
+def _exit_codes(obj: Any, where: str) -> tuple[ExitCode, ...]:
+    table = _members(obj, where, {"codes"}, {"why"})
+    rows = []
+    for i, row in enumerate(_list(table["codes"], f"{where}.codes")):
+        at = f"{where}.codes[{i}]"
+        row = _members(row, at, {"name", "code", "meaning"})
+        code = row["code"]
+        # Above 127 an exit status reads as a signal's (128 + N).
+        if type(code) is not int or not 0 <= code <= 127:
+            raise ContractError(f"{at}.code must be an integer from 0 to 127, not {code!r}")
+        name = _string(row["name"], f"{at}.name", _EXIT_NAME)
+        rows.append(ExitCode(name, code, _string(row["meaning"], f"{at}.meaning", _MEANING)))
+    for attr in ("name", "code"):
+        values = [getattr(r, attr) for r in rows]
+        if len(set(values)) != len(values):
+            raise ContractError(f"{where}.codes: one {attr} on two rows")
+    for needed, code in (("ok", 0), ("other", 1), ("usage", 2)):
+        if not any(r.name == needed and r.code == code for r in rows):
+            raise ContractError(f"{where}.codes must hold {needed} = {code}")
+    return tuple(sorted(rows, key=lambda r: r.code))
 
 
 def _files(obj: Any, where: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -296,6 +354,11 @@ def cc_header(contract: Contract, source: str = "deploy/contract/package_contrac
         "inline constexpr const char* kInputDtypes[] = {"
         + ", ".join(f'"{v}"' for v in contract.input_dtypes.values())
         + "};",
+        "",
+        "// Every exit status, in order: ROW(enumerator, code, meaning). my_ops/error.h's ExitCode",
+        "// is checked against it.",
+        "#define MY_OPS_EXIT_CODES(ROW) \\",
+        " \\\n".join(f'  ROW({r.cc_name}, {r.code}, "{r.meaning}")' for r in contract.exit_codes),
         "",
         "}  // namespace my_ops::deploy::detail::contract",
     ]

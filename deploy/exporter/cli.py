@@ -18,7 +18,14 @@ from .cache import DEFAULT_MAX_MB
 from .cache import default_dir as default_cache_dir
 from .compile import MAX_AUTOTUNE, MODES, NO_AUTOTUNE
 from .cross import HOST_TARGET, TARGETS
-from .errors import EXIT_FAILURE, EXIT_USAGE, ExportError
+from .errors import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_BASE_ARCHITECTURE,
+    EXIT_OUT_REFUSED,
+    EXIT_USAGE,
+    ExportError,
+)
 from .model import DEFAULT_MODEL
 from .options import DEFAULT_MAX_BATCH, DEVICES, ISAS, CacheOptions, Options, checked
 
@@ -58,11 +65,13 @@ def argument_parser() -> argparse.ArgumentParser:
         "verify it against eager, and write sample_input.pt / expected_output.pt and "
         "manifest.json (sha256 sums the C++ loader checks).",
         epilog="Factory protocol: see deploy/default_model.py. Exit status 0 on success, "
-        "2 on bad usage, 3 when --out may not be replaced (nothing is touched), 4 when "
-        "--weights-only is given a model whose architecture differs from --base's or a --base "
-        "whose weights are frozen into it, 130 when "
-        "interrupted, 1 on any other failure (one line on stderr). An empty flag value "
-        '(--signing-key "") is bad usage, never the same as leaving the flag out.',
+        f"{EXIT_USAGE} on bad usage, {EXIT_OUT_REFUSED} when --out may not be replaced "
+        f"(nothing is touched), {EXIT_NOT_BASE_ARCHITECTURE} when --weights-only is given a "
+        "model whose architecture differs from --base's or a --base whose weights are frozen "
+        f"into it, {EXIT_INTERRUPTED} when interrupted, {EXIT_FAILURE} on any other failure "
+        "(one line on stderr); the numbers mean the same for every program here "
+        '(`loader --help` lists them all). An empty flag value (--signing-key "") is bad '
+        "usage, never the same as leaving the flag out.",
     )
     p.add_argument(
         "--out",
@@ -190,7 +199,8 @@ def argument_parser() -> argparse.ArgumentParser:
         "constants and custom-object state), weights.json (its sha256, the base package's, and "
         "where each tensor lies; weights.sig with --signing-key), sample_input.pt and "
         "expected_output.pt. The model must have the base's architecture (same graph, same "
-        "constant names, shapes and dtypes); the first difference is refused with exit 4. "
+        f"constant names, shapes and dtypes); the first difference is refused with exit "
+        f"{EXIT_NOT_BASE_ARCHITECTURE}. "
         "Nothing is compiled. The loader applies it with --weights",
     )
     p.add_argument(

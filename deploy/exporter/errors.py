@@ -1,12 +1,20 @@
-"""The export's exit statuses, and the error that carries one to the command line."""
+"""The export's exit statuses, and the error that carries one to the command line.
+
+The numbers are every program's (package_contract.json's exit_codes): one meaning each.
+"""
 
 from __future__ import annotations
 
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_OUT_REFUSED = 3
+from ..contract.package_contract import load as _load_contract
+
+_CODES = _load_contract()
+EXIT_FAILURE = _CODES.exit_code("other")
+EXIT_USAGE = _CODES.exit_code("usage")
+# --out names something that is not an export's folder; it is left untouched.
+EXIT_OUT_REFUSED = _CODES.exit_code("output_unwritable")
 # --weights-only: the model is not the base package's architecture.
-EXIT_NOT_BASE_ARCHITECTURE = 4
+EXIT_NOT_BASE_ARCHITECTURE = _CODES.exit_code("not_base_architecture")
+# 128 + SIGINT, as a shell reports a program Ctrl-C stopped.
 EXIT_INTERRUPTED = 130
 
 

@@ -8,13 +8,14 @@
 #include <cstdlib>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "my_ops/error.h"
 
 namespace my_ops::loader {
 
-const char* const kHelp =
+constexpr const char* kUsageText =
     R"(usage: loader [--ops LIB.so]... --package MODEL.pt2 --input IN.pt --output OUT.pt
               [--manifest MANIFEST.json] [--public-key KEY] [--no-verify]
               [--weights WEIGHTS.bin [--weights-manifest WEIGHTS.json]]
@@ -94,35 +95,6 @@ Every flag but --ops is given at most once, and every value is non-empty:
 Temporary folders that killed loaders left behind (each holds a lock while
 its loader runs) are removed when a loader starts.
 
-Exit status (one line on stderr for every error):
-  0  success
-  1  any other error (including a failure inside the model, a temporary
-     folder on a noexec file system, a write to a closed standard output)
-  2  bad command line (also a flag given twice, an empty flag value, or
-     one op library twice)
-  3  op library missing, unreadable, a symbolic link, or cannot be loaded, or
-     the op libraries lack an op, C shim or class the manifest names (or
-     register an op or method with another schema)
-  4  package file missing, unreadable or a symbolic link
-  5  package corrupt or not an AOTInductor package (not a zip, truncated,
-     unsafe entry names, a zip64 record that disagrees with the classic one,
-     two entries of one name, overlapping entries, too large unpacked, no
-     compiled model inside, compiler or linker flags inside, cannot be loaded)
-  6  input (or --expect) file missing, unreadable, not a regular file, too
-     large, not tensors, a pickle protocol other than 2, or a storage record
-     of another size than data.pkl declares
-  7  wrong number of inputs (a file of more tensors than the reader takes
-     included), or an input with the wrong dtype/rank/shape
-  8  output file cannot be written, exists and is not a regular file, or is a
-     file the run reads
-  9  outputs differ from --expect
-  10  package integrity: manifest missing, malformed or badly signed, or the
-      package, an op library, the torch version or the CPU does not match it;
-      or a weights file (--weights) or its manifest missing, malformed, badly
-      signed, for another package, not matching its sha256, or not fitting
-      the package's constants and custom objects
- 128+N  stopped by signal N (130 for Ctrl-C, 143 for SIGTERM); temporary
-      files are removed first
 )";
 
 namespace {
@@ -131,6 +103,31 @@ using enum deploy::ExitCode;
 
 [[noreturn]] void fail(deploy::ExitCode code, std::string message) {
   throw deploy::Error(code, std::move(message));
+}
+
+// `text` after `label`, in lines of at most 76 columns, continued under the label's text.
+std::string wrapped(const std::string& label, std::string_view text) {
+  constexpr size_t kWidth = 76;
+  const std::string indent(label.size(), ' ');
+  std::string out = label;
+  size_t column = label.size();
+  bool first = true;
+  while (!text.empty()) {
+    const size_t end = text.find(' ');
+    const std::string_view word = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    if (!first && column + 1 + word.size() > kWidth) {
+      out += "\n" + indent;
+      column = indent.size();
+    } else if (!first) {
+      out += ' ';
+      ++column;
+    }
+    out += word;
+    column += word.size();
+    first = false;
+  }
+  return out + "\n";
 }
 
 // std::from_chars rather than strtol: glibc >= 2.38 headers redirect strtol to __isoc23_strtol,
@@ -288,6 +285,18 @@ std::string default_op_library(const std::string& exe_path, const std::string& r
     if (is_file(path)) return path;
   }
   return beside;
+}
+
+std::string help_text() {
+  std::string out = kUsageText;
+  out += "Exit status (one line on stderr for every error; every program of my_ops uses these):\n";
+  for (const auto& [code, meaning] : deploy::exit_code_meanings()) {
+    out += wrapped("  " + std::to_string(code) + "  ", meaning);
+  }
+  out += wrapped(" 128+N  ",
+                 "stopped by signal N (130 for Ctrl-C, 143 for SIGTERM); temporary files are "
+                 "removed first");
+  return out;
 }
 
 }  // namespace my_ops::loader

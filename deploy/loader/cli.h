@@ -38,7 +38,8 @@ struct Options {
   bool help = false;
 };
 
-extern const char* const kHelp;
+// `loader --help`: the command line, then every exit status with what it means.
+std::string help_text();
 
 // Fails with kUsage, one line naming the flag.
 Options parse_args(int argc, const char* const* argv);

@@ -59,7 +59,7 @@ deploy::OpenOptions open_options(const Options& opt) {
 int run(int argc, char** argv) {
   Options opt = parse_args(argc, argv);
   if (opt.help) {
-    std::cout << kHelp;
+    std::cout << help_text();
     return kOk;
   }
   resolve_paths(opt, env_or_empty("BUILD_WORKING_DIRECTORY"));

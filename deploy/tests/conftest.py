@@ -67,20 +67,9 @@ for _name in ("MY_OPS_LIBRARY", "MY_OPS_LOADER", "MY_OPS_EXPORT", "LIBTORCH_LIB"
     if os.environ.get(_name):
         os.environ[_name] = absolute_from_env(os.environ[_name])
 
-# Exit codes of the loader, mirrored from its --help.
-LOADER_EXIT = {
-    "ok": 0,
-    "other": 1,
-    "usage": 2,
-    "ops": 3,
-    "package_missing": 4,
-    "package_corrupt": 5,
-    "input_unreadable": 6,
-    "input_mismatch": 7,
-    "output_unwritable": 8,
-    "expect_mismatch": 9,
-    "integrity": 10,
-}
+# Every program's exit codes by name, from the one table they all follow
+# (test_package_contract.py pins the numbers).
+EXIT_CODES = {row.name: row.code for row in load_contract().exit_codes}
 
 # What an unpacked bundle holds (//deploy:bundle and //deploy:bundle_linux_aarch64):
 # an unsigned export's files, and what edge_bundle adds to them.

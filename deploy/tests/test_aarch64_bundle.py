@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import qemu_aarch64
 import torch
-from conftest import BUNDLE_FILES, LOADER_EXIT, absolute_from_env, package_folder
+from conftest import BUNDLE_FILES, EXIT_CODES, absolute_from_env, package_folder
 
 from deploy import default_model
 
@@ -198,7 +198,7 @@ def test_tampered_package_is_refused(bundle: Path, prefix: Path, tmp_path: Path)
     data[len(data) // 2] ^= 0x01
     (copy / "model.pt2").write_bytes(bytes(data))
     result = _loader(prefix, copy, _loader_args(copy, tmp_path / "out.pt"), tmp_path)
-    assert result.returncode == LOADER_EXIT["integrity"], result.stderr
+    assert result.returncode == EXIT_CODES["integrity"], result.stderr
     assert "does not match manifest" in result.stderr, result.stderr
 
 
@@ -212,7 +212,7 @@ def test_x86_package_is_refused(bundle: Path, prefix: Path, tmp_path: Path) -> N
         _loader_args(bundle, tmp_path / "out.pt", x86 / "model.pt2", x86 / "manifest.json"),
         tmp_path,
     )
-    assert result.returncode == LOADER_EXIT["integrity"], result.stderr
+    assert result.returncode == EXIT_CODES["integrity"], result.stderr
     assert "exported for linux-x86_64" in result.stderr, result.stderr
     assert "linux-aarch64" in result.stderr, result.stderr
 
@@ -225,7 +225,7 @@ def test_missing_cpu_feature_is_refused(bundle: Path, prefix: Path, tmp_path: Pa
     manifest["cpu_features"].append("sve")
     (copy / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     result = _loader(prefix, copy, _loader_args(copy, tmp_path / "out.pt"), tmp_path)
-    assert result.returncode == LOADER_EXIT["integrity"], result.stderr
+    assert result.returncode == EXIT_CODES["integrity"], result.stderr
     assert "sve" in result.stderr and "lacks" in result.stderr, result.stderr
     # ... and the same manifest passes that check on a CPU that has SVE.
     result = _loader(prefix, copy, _loader_args(copy, tmp_path / "out.pt"), tmp_path, cpu="max")

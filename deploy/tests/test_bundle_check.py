@@ -20,11 +20,9 @@ from conftest import absolute_from_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deploy.bundle.check import EXIT_FAILURE, BundleError, check_export
+from deploy.bundle.check import EXIT_FAILURE, EXIT_MISMATCH, EXIT_USAGE, BundleError, check_export
 from deploy.contract.package_contract import load as load_contract
 
-EXIT_USAGE = 2
-EXIT_MISMATCH = 3
 CONTRACT = load_contract()
 # The format the check and the loader read, from the contract they share.
 MANIFEST_FORMAT = CONTRACT.manifest_format

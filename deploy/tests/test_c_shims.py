@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import qemu_aarch64
 import torch
-from conftest import LOADER_EXIT, absolute_from_env, error_lines, package_folder, run_loader
+from conftest import EXIT_CODES, absolute_from_env, error_lines, package_folder, run_loader
 from elftools.elf.elffile import ELFFile
 
 import my_ops
@@ -236,7 +236,7 @@ def test_a_library_without_the_shim_is_refused_before_the_package_loads(
     argv = ["--ops", str(pkg / "libmy_ops.so"), "--package", str(pkg / "model.pt2"),
             "--input", str(pkg / "sample_input.pt"), "--output", str(out)]  # fmt: skip
     proc = run_loader(loader_bin, argv, tmp_path / "tmp")
-    assert proc.returncode == LOADER_EXIT["ops"], proc.stderr
+    assert proc.returncode == EXIT_CODES["ops_library"], proc.stderr
     assert error_lines(proc.stderr) == [
         "loader: error: no op library defines aoti_torch_cpu_fused_bias_gelu_out_v2, the C shim "
         "of op my_ops::fused_bias_gelu_out that the package calls "

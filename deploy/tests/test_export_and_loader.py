@@ -15,7 +15,7 @@ import pytest
 import torch
 from conftest import (
     BUNDLE_FILES,
-    LOADER_EXIT,
+    EXIT_CODES,
     MAX_BATCH,
     NO_VERIFY_WARNING,
     absolute_from_env,
@@ -212,9 +212,9 @@ CASES = [
     ("truncated", "package_corrupt", "truncated"),
     ("zip_without_model", "package_corrupt", "AOTInductor model named 'model' inside"),
     ("torch_save_as_package", "package_corrupt", "AOTInductor model named 'model' inside"),
-    ("missing_ops", "ops", "cannot open op library"),
-    ("ops_not_a_library", "ops", "cannot load op library"),
-    ("ops_without_my_ops", "ops", "the op libraries do not provide"),
+    ("missing_ops", "ops_library", "cannot open op library"),
+    ("ops_not_a_library", "ops_library", "cannot load op library"),
+    ("ops_without_my_ops", "ops_library", "the op libraries do not provide"),
     ("ops_not_in_manifest", "integrity", "is not listed in manifest"),
     ("missing_input", "input_unreadable", "cannot open input file"),
     ("garbage_input", "input_unreadable", "is not a torch.save file"),
@@ -303,7 +303,7 @@ def test_loader_errors(
         argv.append("--no-verify")
 
     proc = _loader(loader_bin, ops_library, tmp_path, *argv, ops=False)
-    assert proc.returncode == LOADER_EXIT[code], (proc.returncode, proc.stderr)
+    assert proc.returncode == EXIT_CODES[code], (proc.returncode, proc.stderr)
     assert (NO_VERIFY_WARNING in proc.stderr) == (case in NO_VERIFY_CASES), proc.stderr
     lines = loader_error_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
@@ -318,7 +318,7 @@ def test_loader_errors(
 def test_loader_help_documents_exit_codes(loader_bin) -> None:
     proc = subprocess.run([loader_bin, "--help"], capture_output=True, text=True)
     assert proc.returncode == 0
-    for code in LOADER_EXIT.values():
+    for code in EXIT_CODES.values():
         assert f"\n  {code}  " in proc.stdout
 
 

@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 import torch
-from conftest import LOADER_EXIT, error_lines, run_loader
+from conftest import EXIT_CODES, error_lines, run_loader
 
 RUNS = 1000
 
@@ -86,7 +86,7 @@ def test_a_single_flipped_bit_is_caught(
               "--expect", str(tmp_path / "flipped.pt"), "--exact", runs=20),
         tmp_path / "t2",
     )  # fmt: skip
-    assert proc.returncode == LOADER_EXIT["expect_mismatch"], proc.stderr
+    assert proc.returncode == EXIT_CODES["expect_mismatch"], proc.stderr
     assert "bit-identical" in error_lines(proc.stderr)[0]
     # An allclose comparison would have let it through.
     proc = run_loader(

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import LOADER_EXIT, child_env, loader_error_lines
+from conftest import EXIT_CODES, child_env, loader_error_lines
 
 TIMEOUT_S = 120
 
@@ -64,7 +64,7 @@ def _run(
 def _refused(proc: subprocess.CompletedProcess, tmp_path: Path, code: str, phrase: str) -> str:
     """The one error line of a refusal with `code`, which must contain `phrase`."""
     lines = loader_error_lines(proc.stderr)
-    assert proc.returncode == LOADER_EXIT[code], (proc.returncode, proc.stderr)
+    assert proc.returncode == EXIT_CODES[code], (proc.returncode, proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("loader: error: "), proc.stderr
     assert phrase in lines[0], proc.stderr
@@ -231,7 +231,10 @@ def test_a_libtorch_error_in_an_op_library_is_exit_3(
     shutil.copyfile(Path(os.environ["LIBTORCH_LIB"]).with_name("libc10.so"), libc10)
     argv = ["--no-verify", *_argv(pkg, tmp_path / "o.pt", ops=libc10)]
     _refused(
-        _run(loader_bin, argv, tmp_path), tmp_path, "ops", f"cannot load op library {libc10}: "
+        _run(loader_bin, argv, tmp_path),
+        tmp_path,
+        "ops_library",
+        f"cannot load op library {libc10}: ",
     )
 
 
@@ -261,7 +264,7 @@ def test_a_closed_stderr_keeps_the_exit_code(loader_bin: str, pkg: Path, tmp_pat
         )
     finally:
         os.close(write_end)
-    assert proc.returncode == LOADER_EXIT["input_unreadable"]
+    assert proc.returncode == EXIT_CODES["input_unreadable"]
     assert os.listdir(tmp_path / "tmpdir") == []
 
 
@@ -397,7 +400,7 @@ def test_a_repeated_flag_is_a_usage_error(loader_bin: str, pkg: Path, tmp_path: 
     for flag in ("--package", "--output"):
         argv = [*_argv(pkg, tmp_path / "o.pt"), flag, str(tmp_path / "other")]
         proc = _run(loader_bin, argv, tmp_path)
-        assert proc.returncode == LOADER_EXIT["usage"], proc.stderr
+        assert proc.returncode == EXIT_CODES["usage"], proc.stderr
         assert loader_error_lines(proc.stderr) == [f"loader: error: {flag} is given more than once"]
 
 
@@ -417,7 +420,7 @@ def test_a_noexec_temporary_folder_is_named(loader_bin: str, pkg: Path, tmp_path
         argv + _argv(pkg, tmp_path / "o.pt"), env=env, capture_output=True, text=True,
         timeout=TIMEOUT_S,
     )  # fmt: skip
-    assert proc.returncode == LOADER_EXIT["other"], proc.stderr
+    assert proc.returncode == EXIT_CODES["other"], proc.stderr
     lines = loader_error_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert f"the temporary folder {noexec} is on a file system mounted noexec" in lines[0]
@@ -504,14 +507,14 @@ def test_an_oversized_input_is_refused_by_its_size(
     rc, rss_kib, stderr = _peak_rss_kib(
         loader_bin, _argv(pkg, tmp_path / "o.pt", input=sparse), tmp_path
     )
-    assert rc == LOADER_EXIT["input_unreadable"], stderr
+    assert rc == EXIT_CODES["input_unreadable"], stderr
     assert "is larger than 1073741824 bytes" in stderr
     # Refused before it is read: no more memory than refusing a missing file (LibTorch alone
     # is a few hundred MiB), where reading up to the cap costs a GiB.
     rc, missing_kib, stderr = _peak_rss_kib(
         loader_bin, _argv(pkg, tmp_path / "o.pt", input=tmp_path / "missing.pt"), tmp_path
     )
-    assert rc == LOADER_EXIT["input_unreadable"], stderr
+    assert rc == EXIT_CODES["input_unreadable"], stderr
     assert rss_kib - missing_kib < 64 << 10, (rss_kib, missing_kib)
 
 
@@ -525,7 +528,7 @@ def test_a_large_input_costs_about_its_size_in_memory(
     rc, big_kib, stderr = _peak_rss_kib(
         loader_bin, _argv(pkg, tmp_path / "o.pt", input=big), tmp_path
     )
-    assert rc == LOADER_EXIT["input_mismatch"], stderr
+    assert rc == EXIT_CODES["input_mismatch"], stderr
     rc, small_kib, stderr = _peak_rss_kib(loader_bin, _argv(pkg, tmp_path / "o.pt"), tmp_path)
     assert rc == 0, stderr
     extra = (big_kib - small_kib) * 1024 / size

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import LOADER_EXIT, child_env, error_lines
+from conftest import EXIT_CODES, child_env, error_lines
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -48,9 +48,9 @@ FUZZ = settings(
 # A run that loads the package takes about a second; far longer is a hang.
 TIMEOUT_S = 120
 
-CODES = {code for name, code in LOADER_EXIT.items() if name != "ok"}
-INPUT_ERRORS = {LOADER_EXIT["input_unreadable"], LOADER_EXIT["input_mismatch"]}
-INTEGRITY = {LOADER_EXIT["integrity"]}
+CODES = {code for name, code in EXIT_CODES.items() if name != "ok"}
+INPUT_ERRORS = {EXIT_CODES["input_unreadable"], EXIT_CODES["input_mismatch"]}
+INTEGRITY = {EXIT_CODES["integrity"]}
 
 
 @pytest.fixture(scope="module")
@@ -206,16 +206,16 @@ _VALUES = st.recursive(
 def _expected_codes(value, signature) -> set[int]:
     items = list(value) if isinstance(value, (list, tuple)) else [value]
     if not all(isinstance(t, torch.Tensor) for t in items):
-        return {LOADER_EXIT["input_unreadable"]}
+        return {EXIT_CODES["input_unreadable"]}
     if len(items) != len(signature):
-        return {LOADER_EXIT["input_mismatch"]}
+        return {EXIT_CODES["input_mismatch"]}
     names = {torch.float32: "Float", torch.float64: "Double", torch.int64: "Long"}
     for t, (dtype, ranges) in zip(items, signature, strict=True):
         if names.get(t.dtype) != dtype or t.dim() != len(ranges):
-            return {LOADER_EXIT["input_mismatch"]}
+            return {EXIT_CODES["input_mismatch"]}
         if any(not lo <= n <= hi for n, (lo, hi) in zip(t.shape, ranges, strict=True)):
-            return {LOADER_EXIT["input_mismatch"]}
-    return {LOADER_EXIT["ok"]}
+            return {EXIT_CODES["input_mismatch"]}
+    return {EXIT_CODES["ok"]}
 
 
 @FUZZ
@@ -392,7 +392,7 @@ def test_manifest_regressions(loader_bin, ops_library, package, work, edit: str)
     # differently by different readers): every one must be refused, none accepted.
     rc, stderr, out, paths = _run(loader_bin, ops_library, package, work, manifest=fuzzed)
     line = _check(rc, stderr, out, INTEGRITY)
-    assert rc == LOADER_EXIT["integrity"], (rc, stderr)
+    assert rc == EXIT_CODES["integrity"], (rc, stderr)
     assert str(paths["manifest"]) in line and "malformed" in line, line
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import LOADER_EXIT, absolute_from_env, child_env, error_lines
+from conftest import EXIT_CODES, absolute_from_env, child_env, error_lines
 
 TIMEOUT_S = 120
 # Virtual-memory cap for the loader, so that a regression that reads an
@@ -73,7 +73,7 @@ def _run(
 
 
 def _assert_one_error(proc: subprocess.CompletedProcess, code: str, *needles: str) -> str:
-    assert proc.returncode == LOADER_EXIT[code], (proc.returncode, proc.stderr)
+    assert proc.returncode == EXIT_CODES[code], (proc.returncode, proc.stderr)
     lines = error_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("loader: error: "), proc.stderr

@@ -55,6 +55,26 @@ def test_the_contract_is_read(raw: dict[str, Any]) -> None:
     assert c.optional_export_files == ("manifest.sig",)
 
 
+def test_every_exit_code_keeps_its_documented_number() -> None:
+    """The numbers scripts on edge machines test for (README.md, BUNDLE_README.md, each
+    program's --help), one meaning each, whichever program exits."""
+    codes = {row.name: row.code for row in package_contract.load().exit_codes}
+    assert codes == {
+        "ok": 0,
+        "other": 1,
+        "usage": 2,
+        "ops_library": 3,
+        "package_missing": 4,
+        "package_corrupt": 5,
+        "input_unreadable": 6,
+        "input_mismatch": 7,
+        "output_unwritable": 8,
+        "expect_mismatch": 9,
+        "integrity": 10,
+        "not_base_architecture": 11,
+    }
+
+
 def test_export_files_bzl_is_current() -> None:
     # Starlark cannot read JSON: the export rule loads this generated copy.
     bzl = Path(package_contract.CONTRACT_PATH).with_name("export_files.bzl")
@@ -161,6 +181,26 @@ _BROKEN: dict[str, tuple[Callable[[dict], None], str]] = {
     "a_row_without_hwcap": (
         lambda c: _arm(c)["cpu_features"][0].pop("hwcap"),
         "linux-aarch64: every row has hwcap bits, or none does",
+    ),
+    "exit_code_twice": (
+        lambda c: c["exit_codes"]["codes"].append({"name": "late", "code": 3, "meaning": "x"}),
+        "exit_codes.codes: one code on two rows",
+    ),
+    "exit_name_twice": (
+        lambda c: c["exit_codes"]["codes"].append({"name": "usage", "code": 99, "meaning": "x"}),
+        "exit_codes.codes: one name on two rows",
+    ),
+    "exit_code_read_as_a_signal": (
+        lambda c: c["exit_codes"]["codes"].append({"name": "late", "code": 130, "meaning": "x"}),
+        r"exit_codes.codes\[\d+\]\.code must be an integer from 0 to 127",
+    ),
+    "usage_renumbered": (
+        lambda c: c["exit_codes"]["codes"][2].update(code=64),
+        "exit_codes.codes must hold usage = 2",
+    ),
+    "exit_meaning_with_a_quote": (
+        lambda c: c["exit_codes"]["codes"][0].update(meaning='"ok"'),
+        r"exit_codes.codes\[0\]\.meaning must be",
     ),
     "why_not_a_string": (
         lambda c: _arm(c)["cpu_levels"][0].update(why=["text"]),

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import (
-    LOADER_EXIT,
+    EXIT_CODES,
     MAX_BATCH,
     NO_VERIFY_WARNING,
     error_lines,
@@ -73,7 +73,7 @@ def _run(loader_bin: str, pkg: Path, tmp_path: Path, *extra: str, ops: Path | No
 
 
 def _assert_refused(proc, out: Path, *needles: str) -> None:
-    assert proc.returncode == LOADER_EXIT["integrity"], (proc.returncode, proc.stderr)
+    assert proc.returncode == EXIT_CODES["integrity"], (proc.returncode, proc.stderr)
     lines = error_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("loader: error: "), proc.stderr
@@ -416,7 +416,7 @@ def test_manifest_names_what_the_package_calls(exported: Path) -> None:
 
 
 def _assert_ops_refused(proc, out: Path, *needles: str) -> None:
-    assert proc.returncode == LOADER_EXIT["ops"], (proc.returncode, proc.stderr)
+    assert proc.returncode == EXIT_CODES["ops_library"], (proc.returncode, proc.stderr)
     lines = error_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("loader: error: "), proc.stderr

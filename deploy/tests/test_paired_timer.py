@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import LOADER_EXIT, absolute_from_env, child_env, error_lines, package_folder
+from conftest import EXIT_CODES, absolute_from_env, child_env, error_lines, package_folder
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_times_both_packages_once_per_round(
 )
 def test_a_bad_command_line_is_one_line(timer, args, code, message):
     proc = run(timer, *args)
-    assert proc.returncode == LOADER_EXIT[code]
+    assert proc.returncode == EXIT_CODES[code]
     assert error_lines(proc.stderr) == [f"paired_timer: error: {message}"]
 
 
@@ -67,6 +67,6 @@ def test_a_missing_package_is_refused_as_the_loader_refuses_it(
         timer, "--ops", ops_library, "--input", str(default_package / "sample_input.pt"),
         str(default_package / "model.pt2"), str(missing),
     )  # fmt: skip
-    assert proc.returncode == LOADER_EXIT["package_missing"]
+    assert proc.returncode == EXIT_CODES["package_missing"]
     [line] = error_lines(proc.stderr)
     assert line.startswith("paired_timer: error: ") and str(missing) in line

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import (
-    LOADER_EXIT,
+    EXIT_CODES,
     child_env,
     error_lines,
     package_folder,
@@ -54,7 +54,7 @@ def _run(
 
 
 def _refused(proc, needle: str) -> str:
-    assert proc.returncode == LOADER_EXIT["integrity"], (proc.returncode, proc.stderr)
+    assert proc.returncode == EXIT_CODES["integrity"], (proc.returncode, proc.stderr)
     lines = error_lines(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("loader: error: "), proc.stderr
     assert needle in lines[0], lines[0]
@@ -85,7 +85,7 @@ def test_without_weights_the_package_keeps_its_own(
     other = _run(
         loader_bin, default_package, None, retrained_weights / "expected_output.pt", tmp_path
     )
-    assert other.returncode == LOADER_EXIT["expect_mismatch"], other.stderr
+    assert other.returncode == EXIT_CODES["expect_mismatch"], other.stderr
 
 
 def test_signed_weights_verify_with_the_public_key(
@@ -257,7 +257,7 @@ def test_export_refuses_another_architecture(
     default_package: Path, tmp_path: Path, model: str, needle: str
 ) -> None:
     proc, out = _export_weights(model, default_package, tmp_path)
-    assert proc.returncode == 4, proc.stderr
+    assert proc.returncode == EXIT_CODES["not_base_architecture"], proc.stderr
     lines = error_lines(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("export: error: "), proc.stderr
     assert needle in lines[0], lines[0]
@@ -339,7 +339,7 @@ def test_export_refuses_a_frozen_base(tuned_package: Path, tmp_path: Path) -> No
     """Its constants are prepacked copies under Inductor's names: a weights file of the program's
     parameters would be refused by the loader, so none is written."""
     proc, out = _export_weights("deploy.default_model:make_model", tuned_package, tmp_path)
-    assert proc.returncode == 4, proc.stderr
+    assert proc.returncode == EXIT_CODES["not_base_architecture"], proc.stderr
     lines = error_lines(proc.stderr)
     assert len(lines) == 1 and lines[0].startswith("export: error: "), proc.stderr
     assert lines[0].startswith(f"export: error: --base {tuned_package}: "), lines[0]
@@ -459,7 +459,7 @@ def test_a_claim_beyond_the_package_costs_no_memory(
     rc, err, crafted_kib = _peak_run(
         loader_bin, _weights_args(default_package, weights, tmp_path), tmp_path
     )
-    assert rc == LOADER_EXIT["integrity"], (rc, err)
+    assert rc == EXIT_CODES["integrity"], (rc, err)
     line = _refused(subprocess.CompletedProcess([], rc, "", err), "constant stem.weight is Float")
     assert "in the weights file" in line
     assert crafted_kib <= 1.1 * normal_kib, (crafted_kib, normal_kib)
@@ -474,7 +474,7 @@ def test_a_claim_beyond_the_address_space_is_an_integrity_error(
     rc, err, _ = _peak_run(
         loader_bin, _weights_args(default_package, weights, tmp_path), tmp_path, limit_as=8 << 30
     )
-    assert rc == LOADER_EXIT["integrity"], (rc, err)
+    assert rc == EXIT_CODES["integrity"], (rc, err)
     _refused(subprocess.CompletedProcess([], rc, "", err), "constant stem.weight is Float")
 
 
@@ -513,6 +513,6 @@ def test_an_empty_flag_value_is_a_usage_error(
         if flag == "--weights-manifest":
             args += ["--weights", str(retrained_weights / "weights.bin")]
     proc = run_loader(loader_bin, [*args, *given], tmp_path / "tmp")
-    assert proc.returncode == LOADER_EXIT["usage"], (proc.returncode, proc.stderr)
+    assert proc.returncode == EXIT_CODES["usage"], (proc.returncode, proc.stderr)
     assert error_lines(proc.stderr) == [f"loader: error: {flag} needs a non-empty value"]
     assert not (tmp_path / "out.pt").exists()

@@ -254,7 +254,7 @@ def test_bundle_refuses_an_export_whose_package_was_swapped(venv, exported, tmp_
         f.write(b"\0")
     tarball = tmp_path / "b.tar.gz"
     proc = _run(venv, venv["bin"] / "my-ops-bundle", swapped, "--out", tarball)
-    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert proc.returncode == 10, proc.stdout + proc.stderr  # integrity, as the loader says it
     assert "does not match manifest" in proc.stderr
     assert not tarball.exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".b.tar.gz")] == []
