@@ -1,4 +1,4 @@
-"""deploy_pytest: a test of deploy/, from its file and what it needs."""
+"""deploy_pytest: a test of deploy/ or one of its components, from its file and what it needs."""
 
 load("//tools/pytest:defs.bzl", "pytest_test")
 
@@ -6,8 +6,8 @@ _LIBTORCH_LIB = "@libtorch//:site-packages/torch/lib/libc10.so"
 _AARCH64_LIBTORCH_LIB = "@libtorch_aarch64//:site-packages/torch/lib/libc10.so"
 _AARCH64_LD = "@debian_bookworm_arm64_sysroot//:lib/ld-linux-aarch64.so.1"
 
-# What each need adds: data, environment (read by tests/conftest.py and
-# tests/qemu_aarch64.py) and deps.
+# What each need adds: data, environment (read by deploy/testing/fixtures.py
+# and deploy/tests/qemu_aarch64.py) and deps.
 _NEEDS = {
     # The C++ loader, the op library and the LibTorch they run against.
     "loader": struct(
@@ -50,13 +50,13 @@ _NEEDS = {
         env = {"MY_OPS_RETRAINED_WEIGHTS": "$(rootpaths //deploy:retrained_weights)"},
         deps = [],
     ),
-    # The test key pair in tests/testdata (conftest.py's signing_keys fixture).
+    # The test key pair in deploy/tests/testdata (the signing_keys fixture).
     "signing_keys": struct(
         data = [
-            "tests/testdata/public_key.pem",
-            "tests/testdata/signing_key.pem",
+            "//deploy:tests/testdata/public_key.pem",
+            "//deploy:tests/testdata/signing_key.pem",
         ],
-        env = {"MY_OPS_TEST_PUBLIC_KEY": "$(rootpath tests/testdata/public_key.pem)"},
+        env = {"MY_OPS_TEST_PUBLIC_KEY": "$(rootpath //deploy:tests/testdata/public_key.pem)"},
         deps = [],
     ),
     # The exporter, which the tests import (deploy.export, deploy.exporter) or run as
@@ -103,24 +103,26 @@ def deploy_pytest(
         env = {},
         deps = [],
         **kwargs):
-    """One test file of deploy/tests/ under pytest, with tests/conftest.py.
+    """One test file of a deploy package's tests/ under pytest, with tests/conftest.py beside it.
+
+    The fixtures that conftest.py imports (deploy/testing/fixtures.py) read what `needs` sets.
 
     Args:
       name: the test's name, `<file without test_>_test` by convention.
-      src: the test file, e.g. "tests/test_export_cli.py".
+      src: the test file, in the calling package's tests/, e.g. "tests/test_export_cli.py".
       needs: what it uses, each adding its data, environment and deps:
         "loader" (the C++ loader, libmy_ops.so and LibTorch: MY_OPS_LOADER,
         MY_OPS_LIBRARY, LIBTORCH_LIB), "package" (//deploy:default_package:
         MY_OPS_DEFAULT_PACKAGE; implies "loader"), "signed_package"
         (//deploy:signed_package: MY_OPS_SIGNED_PACKAGE; implies "loader" and
-        "signing_keys"), "signing_keys" (the test key pair in tests/testdata:
+        "signing_keys"), "signing_keys" (the test key pair in deploy/tests/testdata:
         MY_OPS_TEST_PUBLIC_KEY), "weights" (//deploy:retrained_weights:
         MY_OPS_RETRAINED_WEIGHTS; implies "package"), "exporter" (deploy.export
         and the deploy.exporter package) and
         "aarch64" (qemu, the arm64 sysroot, aarch64 LibTorch, loader, op
         library and toolchain: AARCH64_*).
       size: the test size.
-      helpers: other modules of tests/ that the file imports.
+      helpers: other modules of the same tests/ that the file imports.
       data: data besides what `needs` adds.
       env: environment besides what `needs` adds (a dict or a select() of dicts).
       deps: deps besides what `needs` adds.
@@ -153,10 +155,6 @@ def deploy_pytest(
         srcs = [src, "tests/conftest.py"] + helpers,
         data = _unique(data + [d for n in chosen for d in n.data]),
         env = all_env,
-        # conftest.py reads the contract, and finds runfiles by rules_python's library.
-        deps = _unique(deps + [d for n in chosen for d in n.deps] + [
-            "//deploy/contract:package_contract",
-            "@rules_python//python/runfiles",
-        ]),
+        deps = _unique(deps + [d for n in chosen for d in n.deps] + ["//deploy/testing"]),
         **kwargs
     )

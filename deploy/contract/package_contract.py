@@ -7,7 +7,7 @@ this file as a program to write the C++ header the runtime compiles in
     package_contract.py CONTRACT.json HEADER.h
 
 and export_files.bzl beside it, the export rule's list of output files, is
-written with (//deploy:package_contract_test checks that it is current):
+written with (//deploy/contract:package_contract_test checks that it is current):
 
     package_contract.py --bzl CONTRACT.json export_files.bzl
 

@@ -104,7 +104,7 @@ def forced_vec_isa(target: CrossTarget) -> Iterator[None]:
     host CPU. The name is replaced where it is looked up (cpu_vec_isa, and the
     two modules that import it by name), and cpp.vec_isa_ok skips the probe
     build, which would compile NEON code for the host. Checked by
-    deploy/tests/test_export_cross.py against the generated flags file.
+    deploy/exporter/tests/test_export_cross.py against the generated flags file.
     """
     if target.machine != "aarch64":
         raise ExportError(f"no vector ISA known for {target.machine}")

@@ -289,7 +289,9 @@ std::string default_op_library(const std::string& exe_path, const std::string& r
 
 std::string help_text() {
   std::string out = kUsageText;
-  out += "Exit status (one line on stderr for every error; every program of my_ops uses these):\n";
+  out +=
+      "Exit status (one line on stderr for every error; every program of my_ops\n"
+      "exits with these numbers):\n";
   for (const auto& [code, meaning] : deploy::exit_code_meanings()) {
     out += wrapped("  " + std::to_string(code) + "  ", meaning);
   }

@@ -333,7 +333,7 @@ def test_loader_has_no_libpython(loader_bin) -> None:
 def test_bundle_run_sh(
     loader_bin, ops_library, exported: Path, signing_keys: Path, tmp_path: Path
 ) -> None:
-    # The bundle as edge_bundle lays it out (//deploy:bundle_test unpacks the
+    # The bundle as edge_bundle lays it out (//deploy/bundle:bundle_test unpacks the
     # real one), from a signed export: run.sh with --public-key.
     top = "my_ops_bundle"
     bundle = tmp_path / "x" / top

@@ -242,14 +242,23 @@ def _export_weights(model: str, base: Path, tmp_path: Path, *extra: str):
 @pytest.mark.parametrize(
     ("model", "needle"),
     [
-        ("weight_models:renamed", "constant input_proj.weight of this model is not in the base"),
-        ("weight_models:reshaped", "constant down.weight is Float [64, 96] here, Float [64, 128]"),
-        ("weight_models:retyped", "constant proj.bias is Double [64] here, Float [64] in the base"),
         (
-            "weight_models:other_eps",
+            "other_architectures:renamed",
+            "constant input_proj.weight of this model is not in the base",
+        ),
+        (
+            "other_architectures:reshaped",
+            "constant down.weight is Float [64, 96] here, Float [64, 128]",
+        ),
+        (
+            "other_architectures:retyped",
+            "constant proj.bias is Double [64] here, Float [64] in the base",
+        ),
+        (
+            "other_architectures:other_eps",
             "custom object _torchbind_obj0, state item 1: 1e-06 here, 1e-05",
         ),
-        ("weight_models:other_graph", "the exported graph differs from the base's"),
+        ("other_architectures:other_graph", "the exported graph differs from the base's"),
     ],
     ids=["renamed", "reshaped", "retyped", "object-state", "graph"],
 )

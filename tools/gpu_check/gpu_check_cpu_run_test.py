@@ -58,6 +58,7 @@ def test_the_run_sees_no_test_suite():
         pytest.skip("outside Bazel the checkout holds them")
     assert (ROOT / FIXTURE_TESTS).is_file()
     assert not (ROOT / "python/tests").exists() and not (ROOT / "deploy/tests").exists()
+    assert not list((ROOT / "deploy").glob("*/tests/test_*.py"))
 
 
 def test_cpu_only_run_passes_every_step():

@@ -10,7 +10,7 @@ in deploy/BUILD.bazel: the full budget under --config=asan, where every read is
 checked, a smoke run in the plain build), derandomized and without an example
 database, so runs are repeatable. A longer, randomized run by hand:
 
-    tools/bazel test //deploy:loader_fuzz_test --test_env=MY_OPS_FUZZ_EXAMPLES=2000 \\
+    tools/bazel test //deploy/loader:loader_fuzz_test --test_env=MY_OPS_FUZZ_EXAMPLES=2000 \\
         --test_timeout=7200 --test_output=streamed
 
 A failure prints the smallest file contents that reproduce it.
