@@ -435,6 +435,8 @@ def _weights_manifests(draw, base: bytes) -> bytes:
                 m.pop(key, None)
             else:
                 m[key] = draw(_JSON)
+            # The lists the other mutations edit may be gone or no lists now.
+            break
     return json.dumps(m).encode()
 
 
