@@ -12,10 +12,10 @@ from pathlib import Path
 import bad_models
 import pytest
 import torch
+from conftest import EXIT_CODES
 
 import my_ops
 from deploy import Exported, ExportError, export
-from deploy.exporter.errors import EXIT_OUT_REFUSED, EXIT_USAGE
 
 WIDTH = 32
 
@@ -122,7 +122,7 @@ def test_a_bad_argument_is_refused_by_name(tmp_path: Path, kwargs: dict, message
     before = _process_state()
     with pytest.raises(ExportError) as caught:
         export(_block(0), (torch.randn(2, WIDTH),), tmp_path / "out", **kwargs)
-    assert caught.value.code == EXIT_USAGE
+    assert caught.value.code == EXIT_CODES["usage"]
     assert message in str(caught.value) and "\n" not in str(caught.value), str(caught.value)
     assert list(tmp_path.iterdir()) == []
     assert _process_state() == before
@@ -142,7 +142,7 @@ def test_an_out_that_may_not_be_replaced_is_left_untouched(tmp_path: Path) -> No
     (out / "mine.txt").write_text("keep me")
     with pytest.raises(ExportError) as caught:
         export(_block(0), (torch.randn(2, WIDTH),), out)
-    assert caught.value.code == EXIT_OUT_REFUSED
+    assert caught.value.code == EXIT_CODES["output_unwritable"]
     assert str(out) in str(caught.value)
     assert [p.name for p in out.iterdir()] == ["mine.txt"]
     assert (out / "mine.txt").read_text() == "keep me"

@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import child_env, error_lines, export_command, run_export
+from conftest import EXIT_CODES, child_env, error_lines, export_command, run_export
 
-from deploy.exporter.errors import EXIT_OUT_REFUSED, ExportError
+from deploy.exporter.errors import ExportError
 from deploy.exporter.output import publish
 
 # The C++ loader's format line; a folder whose manifest.json carries it is a
 # previous export.
 MANIFEST_FORMAT = "my_ops.manifest/2"
+# From the table every program follows, not from the exporter under test.
+EXIT_OUT_REFUSED = EXIT_CODES["output_unwritable"]
 
 
 def tree(root: Path) -> dict[str, Any]:
