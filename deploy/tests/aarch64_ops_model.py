@@ -146,7 +146,7 @@ def inputs(batch: int) -> tuple[torch.Tensor, ...]:
             if name == call.spec.primary_name:
                 tensors.append(x)
             elif _is_input(role):
-                tensors.append(role.make(x, lambda s, layout: _det(s, next(offsets)), "contiguous"))
+                tensors.append(role.example(x, lambda s: _det(s, next(offsets))))
     tensors.append(_det((batch, SEQ, HIDDEN), next(offsets)))
     return tuple(tensors)
 

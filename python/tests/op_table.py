@@ -2,8 +2,8 @@
 
 Every suite iterates over :data:`SPECS` (all of ``my_ops.ops.SPECS``) and builds its
 calls here, so a new op module with a ``SPEC`` is tested by every suite without a test
-file naming it. What a role's valid and invalid values are is the test side of its class
-(``my_ops.ops._roles``), written independently of the checks the fakes and kernels make.
+file naming it. A role's valid and invalid values come from
+``role_values.py``, written independently of the checks the fakes and kernels make.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 
 import my_ops
 from my_ops.ops._spec import OpSpec
+from role_values import values_of
 from testing_utils import assert_close, make_input
 
 SPECS: list[OpSpec] = list(my_ops.ops.SPECS.values())
@@ -30,15 +31,15 @@ def by_op(specs: list[OpSpec] = SPECS):
 def scalar_variants(spec: OpSpec) -> list[dict[str, object]]:
     """Every combination of the values of the op's exhaustive scalars (choices, flags); the
     other scalars (floats) take turns through their values."""
-    scalars = {n: r for n, r in spec.arguments.items() if not r.is_tensor}
-    names = [n for n, r in scalars.items() if r.exhaustive]
+    scalars = {n: values_of(r) for n, r in spec.arguments.items() if not r.is_tensor}
+    names = [n for n, v in scalars.items() if v.exhaustive]
     combos = list(itertools.product(*(scalars[n].valid_values() for n in names))) or [()]
     variants = []
     for i, combo in enumerate(combos):
         values: dict[str, object] = dict(zip(names, combo, strict=True))
-        for name, role in scalars.items():
-            if not role.exhaustive:
-                samples = role.valid_values()
+        for name, scalar in scalars.items():
+            if not scalar.exhaustive:
+                samples = scalar.valid_values()
                 values[name] = samples[i % len(samples)]
         variants.append(values)
     return variants
@@ -69,7 +70,7 @@ def make_args(
         if not role.is_tensor:
             args.append(scalars[name])
             continue
-        t = x if name == spec.primary_name else role.make(x, build, layout)
+        t = x if name == spec.primary_name else values_of(role).make(x, build, layout)
         args.append(t.detach().requires_grad_(requires_grad) if requires_grad else t)
     return tuple(args)
 

@@ -16,6 +16,7 @@ import torch
 import my_ops
 from my_ops.ops._spec import BadCase
 from op_table import SPECS, assert_matches_reference, make_args
+from role_values import values_of
 from testing_utils import DEVICES, run_this_file
 
 N = 8
@@ -34,7 +35,7 @@ def _role_cases(spec, device: str) -> list[BadCase]:
     x_index = list(spec.arguments).index(spec.primary_name)
     cases: list[BadCase] = []
     for i, (name, role) in enumerate(spec.arguments.items()):
-        for what, wrong in role.bad_values():
+        for what, wrong in values_of(role).bad_values():
 
             def make(d, i=i, wrong=wrong):
                 args = valid(d)

@@ -45,6 +45,7 @@ except ImportError:  # tools/gpu_check runs the suite with a stub when hypothesi
 
 import my_ops
 from my_ops.ops._spec import LastDimVector, LikePrimary, NonNegativeFloat, Primary
+from role_values import values_of
 from testing_utils import DEVICES, FLOAT_DTYPES, TOLERANCES, hypothesis_settings, run_this_file
 
 EXAMPLES = int(os.environ.get("MY_OPS_FUZZ_EXAMPLES", "100"))
@@ -249,7 +250,7 @@ def _devices(device: str) -> list[str]:
     return devices
 
 
-# What the roles' fuzz strategies draw with (my_ops.ops._roles): tensors described by T,
+# What the roles' fuzz strategies draw with (role_values.py): tensors described by T,
 # built when the call is made, so that a failing example prints as a short repr.
 KIT = SimpleNamespace(
     tensor=tensors,
@@ -269,10 +270,10 @@ def op_calls(draw, spec, device: str):
     """A call of ``spec``'s op: each argument drawn from its role, some of them wrong."""
     wrong = draw(faults(list(spec.arguments)))
     x_name = spec.primary_name
-    x, ctx = draw(spec.primary.fuzz_primary(KIT, device, x_name in wrong))
+    x, ctx = draw(values_of(spec.primary).fuzz_primary(KIT, device, x_name in wrong))
     args = []
     for name, role in spec.arguments.items():
-        value = x if name == x_name else draw(role.fuzz(KIT, name in wrong, ctx))
+        value = x if name == x_name else draw(values_of(role).fuzz(KIT, name in wrong, ctx))
         args.append((name, value))
     return Case(spec.name, tuple(args))
 
@@ -290,14 +291,14 @@ CLASS_ROLES = {
 @st.composite
 def class_calls(draw, device: str):
     wrong = draw(faults(["x", "residual", "weight", "eps"]))
-    x, ctx = draw(CLASS_ROLES["x"].fuzz_primary(KIT, device, "x" in wrong))
-    weight = draw(CLASS_ROLES["weight"].fuzz(KIT, "weight" in wrong, ctx))
+    x, ctx = draw(values_of(CLASS_ROLES["x"]).fuzz_primary(KIT, device, "x" in wrong))
+    weight = draw(values_of(CLASS_ROLES["weight"]).fuzz(KIT, "weight" in wrong, ctx))
     # The constructor's eps is a double that no tensor converts to.
-    eps = draw(CLASS_ROLES["eps"].fuzz(KIT, "eps" in wrong, ctx, tensors=False))
+    eps = draw(values_of(CLASS_ROLES["eps"]).fuzz(KIT, "eps" in wrong, ctx, tensors=False))
     ctor = (("weight", weight), ("eps", eps))
     if draw(st.booleans()):
         return Case("RMSNorm.forward", (("x", x),), ctor)
-    residual = draw(CLASS_ROLES["residual"].fuzz(KIT, "residual" in wrong, ctx))
+    residual = draw(values_of(CLASS_ROLES["residual"]).fuzz(KIT, "residual" in wrong, ctx))
     return Case("RMSNorm.forward_residual", (("x", x), ("residual", residual)), ctor)
 
 
@@ -307,7 +308,7 @@ def class_calls(draw, device: str):
 def _schema_error(params, roles: dict) -> set[str]:
     """Python values the schema cannot convert: the first one is named."""
     for name, value in params:
-        if not roles[name].schema_accepts(value):
+        if not values_of(roles[name]).schema_accepts(value):
             return {name}
     return set()
 
@@ -315,10 +316,10 @@ def _schema_error(params, roles: dict) -> set[str]:
 def _role_blame(roles: dict, x_name: str, values: dict) -> set[str]:
     """Names of every argument that breaks what its role allows; empty when the call is valid."""
     x = values[x_name]
-    x_wrong = roles[x_name].fuzz_wrong(x)
+    x_wrong = values_of(roles[x_name]).fuzz_wrong(x)
     blame = {x_name} if x_wrong else set()
     for name, role in roles.items():
-        if name != x_name and role.fuzz_wrong(values[name], None if x_wrong else x):
+        if name != x_name and values_of(role).fuzz_wrong(values[name], None if x_wrong else x):
             blame.add(name)
     return blame
 
@@ -338,7 +339,7 @@ def expected_blame(case: Case, values: dict) -> set[str]:
     weight, eps = values["weight"], values["eps"]
     if weight is None or weight.dtype not in FLOATING or weight.dim() != 1:
         blame.add("weight")
-    if CLASS_ROLES["eps"].fuzz_wrong(eps, None):
+    if values_of(CLASS_ROLES["eps"]).fuzz_wrong(eps, None):
         blame.add("eps")
     if blame:
         return blame

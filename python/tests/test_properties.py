@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import my_ops
 from my_ops.ops._spec import Primary
 from op_table import assert_matches_reference, by_op
+from role_values import values_of
 from testing_utils import DEVICES, FLOAT_DTYPES, assert_close, hypothesis_settings, run_this_file
 
 ANY_PRIMARY = Primary()
@@ -23,7 +24,7 @@ def strided_tensors(draw, device: str, primary: Primary = ANY_PRIMARY):
     Returns ``(x, generator)``; ``x`` may be non-contiguous, transposed or empty.
     """
     dtype = draw(st.sampled_from(FLOAT_DTYPES))
-    shape = primary.strided_shape(draw)
+    shape = values_of(primary).strided_shape(draw)
     ndim = len(shape)
     steps = draw(st.lists(st.integers(1, 3), min_size=ndim, max_size=ndim))
     perm = draw(st.permutations(range(ndim)))
@@ -45,7 +46,7 @@ def calls(draw, spec, device: str):
     fit it."""
     x, g = draw(strided_tensors(device, spec.primary))
     return tuple(
-        x if name == spec.primary_name else role.draw_valid(draw, x, g)
+        x if name == spec.primary_name else values_of(role).draw_valid(draw, x, g)
         for name, role in spec.arguments.items()
     )
 

@@ -8,8 +8,9 @@ tests read it: a new op with a ``SPEC`` is covered by all of them without touchi
 The spec describes each argument by its *role* (the primary tensor, a tensor shaped like
 it, a vector over its last dimension, a non-negative float, a choice of strings, ...; see
 :mod:`my_ops.ops._roles`). A role class holds the fake's check of its argument, so a fake
-holds only its output's shape, and, written separately, the tests' valid samples, bad
-values and Hypothesis strategies, so a test never reuses the checks it tests.
+holds only its output's shape; the tests' valid samples, bad values and Hypothesis
+strategies for each role are written separately, beside the tests, so a test never reuses
+the checks it tests.
 """
 
 from __future__ import annotations
@@ -192,18 +193,10 @@ class OpSpec:
         generator: torch.Generator | None = None,
     ) -> tuple:
         """Contiguous random arguments for a primary of ``shape`` (made valid for it by
-        ``Primary.shape_for``), every scalar at its first valid value."""
+        ``Primary.shape_for``), every scalar at its typical value (``Role.example``)."""
 
-        def randn(s, layout="contiguous"):
+        def randn(s):
             return torch.randn(s, generator=generator).to(device=device, dtype=dtype)
 
         x = randn(self.primary.shape_for(tuple(shape)))
-        args = []
-        for name, role in self.arguments.items():
-            if name == self.primary_name:
-                args.append(x)
-            elif role.is_tensor:
-                args.append(role.make(x, randn, "contiguous"))
-            else:
-                args.append(role.valid_values()[0])
-        return tuple(args)
+        return tuple(role.example(x, randn) for role in self.arguments.values())

@@ -1,0 +1,481 @@
+"""The tests' side of the argument roles (``my_ops.ops._roles``): one class per role.
+
+For each role, what the suites call with and against: valid samples in the tests' layouts
+(:meth:`RoleValues.valid_values`, :meth:`RoleValues.make`), bad values with the argument
+they blame (:meth:`RoleValues.bad_values`), Hypothesis strategies for property tests and
+fuzzing (:meth:`RoleValues.draw_valid`, :meth:`RoleValues.fuzz`) and the fuzz oracle
+(:meth:`RoleValues.fuzz_wrong`, :meth:`RoleValues.schema_accepts`). They are built from
+the role's fields, never by calling its ``check``, so the tests check the checks instead
+of repeating them.
+
+:func:`values_of` finds a role's class here through the role's class hierarchy; the
+suites iterate over these methods and never switch on the role. A role without one here
+fails ``//python:role_values_test``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from my_ops.ops import _roles
+
+try:
+    from hypothesis import strategies as st
+except ImportError:  # tools/gpu_check may run the suite without it: only its strategies need it
+    st = None
+
+# (what, f(valid value of the argument, valid primary) -> a wrong value)
+BadValue = tuple[str, Callable[[Any, torch.Tensor], Any]]
+
+# Role class -> its values class, filled by @values_for.
+_VALUES: dict[type[_roles.Role], type[RoleValues]] = {}
+
+
+def values_for(role_class: type[_roles.Role]):
+    """Class decorator: the decorated class holds the test values of ``role_class``."""
+
+    def register(cls):
+        _VALUES[role_class] = cls
+        return cls
+
+    return register
+
+
+def values_of(role: _roles.Role) -> RoleValues:
+    """The test values of ``role``: its class's, or its nearest base class's."""
+    for cls in type(role).__mro__:
+        if cls in _VALUES:
+            return _VALUES[cls](role)
+    raise LookupError(f"{type(role).__name__}: no test values in role_values.py")
+
+
+def registered_roles() -> set[type[_roles.Role]]:
+    """The role classes this module has values for."""
+    return set(_VALUES)
+
+
+def _is_tensor(value) -> bool:
+    return isinstance(value, torch.Tensor)
+
+
+def _fits_float_argument(value) -> bool:
+    # What torch converts to a float schema argument: a Python real, or a one-element real
+    # CPU tensor.
+    if _is_tensor(value):
+        return value.numel() == 1 and value.device.type == "cpu" and not value.is_complex()
+    return isinstance(value, bool | int | float)
+
+
+def _float_value(value) -> float:
+    return float(value.item()) if _is_tensor(value) else float(value)
+
+
+@dataclass(frozen=True)
+class FuzzContext:
+    """What the primary drew: the shape, dtype and device the other tensors must follow.
+
+    ``devices[0]`` is x's device; the rest are devices to draw wrong tensors from.
+    """
+
+    x_shape: tuple[int, ...]
+    dtype: torch.dtype
+    devices: list[str]
+
+
+@dataclass(frozen=True)
+class RoleValues:
+    """The test values of one role (``self.role``)."""
+
+    role: _roles.Role
+    # Scalars only: True when the tests cover every value in combination with the other
+    # such arguments' values (a choice of code paths), False when the values take turns.
+    exhaustive: ClassVar[bool] = False
+
+    def valid_values(self) -> tuple:
+        """Scalars: valid values the tests call with, the first a typical one."""
+        raise NotImplementedError
+
+    def make(self, x: torch.Tensor, build: Callable, layout: str):
+        """Tensors: a valid value for primary ``x``; ``build(shape, layout)`` makes a tensor
+        of x's dtype and device in one of the tests' layouts."""
+        raise NotImplementedError
+
+    def bad_values(self) -> list[BadValue]:
+        """Values this argument may not take, each blaming this argument."""
+        return []
+
+    def draw_valid(self, draw, x: torch.Tensor, g: torch.Generator):
+        """A valid value for ``x``, drawn with Hypothesis (property tests)."""
+        return draw(st.sampled_from(self.valid_values()))
+
+    def fuzz(self, kit, wrong: bool, ctx: FuzzContext):
+        """A Hypothesis strategy for this argument: usually wrong when ``wrong``, else valid.
+
+        ``kit`` is the fuzz suite's tensor maker (see test_fuzz_args.py); tensors it draws
+        are built when the call is made.
+        """
+        raise NotImplementedError
+
+    def schema_accepts(self, value) -> bool:
+        """Whether the schema converts ``value`` (a built value) to this argument's type."""
+        schema_type = self.role.schema_type
+        if schema_type == "Tensor":  # None reaches the kernel as an undefined tensor
+            return value is None or _is_tensor(value)
+        if schema_type == "str":
+            return isinstance(value, str)
+        if schema_type == "bool":
+            return isinstance(value, bool)
+        return _fits_float_argument(value)
+
+    def fuzz_wrong(self, value, x: torch.Tensor | None) -> bool:
+        """Whether a built ``value`` the schema accepts breaks this role; ``x`` is the
+        primary when it is valid itself, else None (then only faults of value alone count)."""
+        raise NotImplementedError
+
+
+# --- tensors ----------------------------------------------------------------------------
+
+
+@values_for(_roles.Primary)
+class PrimaryValues(RoleValues):
+    def bad_values(self) -> list[BadValue]:
+        # An integer or bool primary makes the others mismatch too: x is checked first.
+        cases: list[BadValue] = [
+            ("0d", lambda v, x: v.flatten()[0]),
+            ("int", lambda v, x: v.int()),
+            ("bool", lambda v, x: v > 0),
+            ("complex", lambda v, x: v.to(torch.complex64)),
+        ]
+        if self.role.min_dim > 1:
+            cases.append(("too-few-dims", lambda v, x: v.flatten(0, 1)))
+        if self.role.last_dim_multiple > 1:
+            cases.append(("last-dim", lambda v, x: v[..., 1:]))
+        return cases
+
+    def strided_shape(self, draw) -> list[int]:
+        """A valid shape for the property tests: rank up to 4 (at least min_dim), sizes
+        0-9, the last dim sometimes wide enough for the vector main loops."""
+        min_dim = self.role.min_dim
+        ndim = draw(st.integers(min_dim, max(4, min_dim)))
+        shape = draw(st.lists(st.integers(0, 9), min_size=ndim, max_size=ndim))
+        if draw(st.booleans()):
+            shape[-1] = draw(st.integers(1, 300))
+        shape[-1] *= self.role.last_dim_multiple
+        return shape
+
+    def fuzz_primary(self, kit, device: str, faulty: bool):
+        """A strategy of ``(x, FuzzContext)``: the others are valid when they follow the
+        context's shape, dtype and device."""
+        multiple, min_dim = self.role.last_dim_multiple, self.role.min_dim
+
+        @st.composite
+        def primaries(draw):
+            devices = kit.devices(device)
+            if draw(st.integers(0, 4)) == 0:  # the fake (meta) kernels check arguments too
+                devices[:2] = ["meta", device]
+            dtype = draw(st.sampled_from(kit.floating_dtypes))
+            x_shape = draw(kit.shapes(min_rank=min_dim))
+            x_shape = (*x_shape[:-1], x_shape[-1] * multiple)
+            ctx = FuzzContext(x_shape, dtype, devices)
+            if not faulty:
+                return draw(kit.tensor(x_shape, dtype, devices[0])), ctx
+            kinds = ["none", "scalar", "dtype", "0-d", "any"]
+            if multiple > 1:
+                kinds.append("last-dim")
+            if min_dim > 1:
+                kinds.append("few-dims")
+            kind = draw(st.sampled_from(kinds))
+            if kind == "none":
+                return None, ctx
+            if kind == "scalar":
+                return draw(kit.python_scalars), ctx
+            if kind == "0-d":
+                x_shape = ()
+            elif kind == "last-dim":
+                extra = draw(st.integers(1, multiple - 1))
+                x_shape = (*x_shape[:-1], x_shape[-1] + extra)
+            elif kind == "few-dims":
+                x_shape = x_shape[-draw(st.integers(1, min_dim - 1)) :]
+            elif kind == "dtype":
+                dtype = draw(st.sampled_from(kit.other_dtypes))
+            else:
+                x_shape, dtype = draw(kit.shapes()), draw(kit.any_dtype)
+            x = draw(kit.tensor(x_shape, dtype, devices[0]))
+            return x, FuzzContext(x_shape, dtype, devices)
+
+        return primaries()
+
+    def fuzz_wrong(self, value, x=None) -> bool:
+        if value is None or value.dtype not in (
+            torch.float32,
+            torch.float64,
+            torch.float16,
+            torch.bfloat16,
+        ):
+            return True
+        if value.dim() < max(1, self.role.min_dim):
+            return True
+        return value.shape[-1] % self.role.last_dim_multiple != 0
+
+
+class FollowsPrimaryValues(RoleValues):
+    """A tensor with x's dtype and device, of the shape the role derives from x's."""
+
+    def wrong_shapes(self, kit, x_shape: tuple[int, ...]):
+        """A strategy of shapes that are usually not ``role.shape_of(x_shape)``."""
+        raise NotImplementedError
+
+    def bad_values(self) -> list[BadValue]:
+        return [
+            ("int", lambda v, x: v.int()),
+            ("float64", lambda v, x: v.double()),
+            ("float16", lambda v, x: v.half()),
+            ("none", lambda v, x: None),
+        ]
+
+    def fuzz(self, kit, wrong, ctx):
+        if self.fits(ctx.x_shape):
+            shape = self.role.shape_of(ctx.x_shape)
+        else:
+            shape = self.fallback_shape()
+        if wrong:
+            return kit.wrong_tensor(
+                shape, self.wrong_shapes(kit, ctx.x_shape), ctx.dtype, ctx.devices
+            )
+        return kit.tensor(shape, ctx.dtype, ctx.devices[0])
+
+    def fits(self, x_shape: tuple[int, ...]) -> bool:
+        """Whether x_shape (maybe a wrong primary's) has what shape_of reads."""
+        return True
+
+    def fallback_shape(self) -> tuple[int, ...]:
+        return (3,)
+
+    def fuzz_wrong(self, value, x) -> bool:
+        if value is None or value.dim() != len(self.fallback_shape()):
+            return True
+        if x is None:
+            return False
+        if value.device != x.device or value.dtype != x.dtype:
+            return True
+        return tuple(value.shape) != self.role.shape_of(tuple(x.shape))
+
+
+@values_for(_roles.LikePrimary)
+class LikePrimaryValues(FollowsPrimaryValues):
+    def make(self, x, build, layout):
+        return build(tuple(x.shape), "contiguous" if layout == "rows" else layout)
+
+    def bad_values(self) -> list[BadValue]:
+        return [
+            *super().bad_values(),
+            ("fewer-rows", lambda v, x: v[:2]),
+            ("broadcastable", lambda v, x: v[0]),
+            ("transposed-shape", lambda v, x: v.t()),
+        ]
+
+    def draw_valid(self, draw, x, g):
+        t = torch.randn(x.shape, generator=g, dtype=torch.float64).to(x.device, x.dtype)
+        if x.dim() >= 2 and draw(st.booleans()):
+            t = t.transpose(0, -1).contiguous().transpose(0, -1)
+        return t
+
+    def wrong_shapes(self, kit, x_shape):
+        @st.composite
+        def shapes(draw):
+            kind = draw(st.sampled_from(["other", "one_dim_off", "suffix", "unsqueezed"]))
+            if kind == "other" or not x_shape:
+                return draw(kit.shapes())
+            if kind == "one_dim_off":
+                i = draw(st.integers(0, len(x_shape) - 1))
+                off = abs(x_shape[i] + draw(st.sampled_from([-1, 1])))
+                return (*x_shape[:i], off, *x_shape[i + 1 :])
+            if kind == "suffix":  # broadcastable to x, but not x's shape
+                return x_shape[1:]
+            return (1, *x_shape)
+
+        return shapes()
+
+    def fuzz_wrong(self, value, x) -> bool:
+        if value is None:
+            return True
+        if x is None:
+            return False
+        if value.device != x.device or value.dtype != x.dtype:
+            return True
+        return value.shape != x.shape
+
+
+@values_for(_roles.LastDimVector)
+class LastDimVectorValues(FollowsPrimaryValues):
+    def fits(self, x_shape):
+        return bool(x_shape)
+
+    def make(self, x, build, layout):
+        shape = self.role.shape_of(tuple(x.shape))
+        return build(shape, "sliced" if layout == "sliced" else "contiguous")
+
+    def bad_values(self) -> list[BadValue]:
+        return [
+            *super().bad_values(),
+            ("longer", lambda v, x: torch.cat([v, v[:1]])),
+            ("2d", lambda v, x: v.expand(2, -1)),
+            ("0d", lambda v, x: v[0]),
+        ]
+
+    def draw_valid(self, draw, x, g):
+        return torch.randn(x.shape[-1], generator=g, dtype=torch.float64).to(x.device, x.dtype)
+
+    def wrong_shapes(self, kit, x_shape):
+        @st.composite
+        def shapes(draw):
+            n = x_shape[-1] if x_shape else draw(st.integers(0, 5))
+            kind = draw(st.sampled_from(["off_by_one", "other", "like_x", "scalar"]))
+            if kind == "off_by_one":
+                return (n + 1,) if n == 0 or draw(st.booleans()) else (n - 1,)
+            if kind == "other":
+                return draw(kit.shapes())
+            if kind == "like_x":
+                return x_shape
+            return ()
+
+        return shapes()
+
+
+@values_for(_roles.PositionTable)
+class PositionTableValues(FollowsPrimaryValues):
+    def fits(self, x_shape):
+        return len(x_shape) >= -self.role.seq_dim
+
+    def fallback_shape(self):
+        return (3, 2)
+
+    def make(self, x, build, layout):
+        # A table is a tensor in its own right: every layout but "rows" (x's every other
+        # row) applies to it as it is.
+        shape = self.role.shape_of(tuple(x.shape))
+        return build(shape, "contiguous" if layout == "rows" else layout)
+
+    def bad_values(self) -> list[BadValue]:
+        return [
+            *super().bad_values(),
+            ("fewer-rows", lambda v, x: v[:-1]),
+            ("full-width", lambda v, x: torch.cat([v, v], dim=-1)),
+            ("transposed-shape", lambda v, x: v.t()),
+            ("1d", lambda v, x: v[0]),
+            ("batched", lambda v, x: v.unsqueeze(0)),
+        ]
+
+    def draw_valid(self, draw, x, g):
+        shape = self.role.shape_of(tuple(x.shape))
+        t = torch.randn(shape, generator=g, dtype=torch.float64).to(x.device, x.dtype)
+        if draw(st.booleans()):  # column-major storage
+            t = t.t().contiguous().t()
+        return t
+
+    def wrong_shapes(self, kit, x_shape):
+        @st.composite
+        def shapes(draw):
+            if not self.fits(x_shape):
+                return draw(kit.shapes())
+            seq, cols = self.role.shape_of(x_shape)
+            kind = draw(st.sampled_from(["row_off", "col_off", "full", "swapped", "1d", "other"]))
+            if kind == "row_off":
+                return (abs(seq + draw(st.sampled_from([-1, 1]))), cols)
+            if kind == "col_off":
+                return (seq, abs(cols + draw(st.sampled_from([-1, 1]))))
+            if kind == "full":
+                return (seq, x_shape[-1])
+            if kind == "swapped":
+                return (cols, seq)
+            if kind == "1d":
+                return (cols,)
+            return draw(kit.shapes())
+
+        return shapes()
+
+
+# --- scalars ----------------------------------------------------------------------------
+
+
+@values_for(_roles.NonNegativeFloat)
+class NonNegativeFloatValues(RoleValues):
+    def valid_values(self) -> tuple:
+        return self.role.samples
+
+    def bad_values(self) -> list[BadValue]:
+        return [
+            ("negative", lambda v, x: -1e-6),
+            ("nan", lambda v, x: math.nan),
+            ("-inf", lambda v, x: -math.inf),
+        ]
+
+    def fuzz(self, kit, wrong, ctx, *, tensors: bool = True):
+        """``tensors``: whether a valid value may be a one-element tensor (an op's float
+        argument converts one; the custom class's constructor does not)."""
+        if wrong:
+            return st.one_of(
+                st.sampled_from([math.nan, -math.inf, -1e-6, -1.0, -5e-324]),
+                st.floats(allow_nan=True, allow_infinity=True),
+                st.integers(-2, 2),
+                st.sampled_from([None, "1e-6", 1j]),
+                kit.scalar_tensor(valid=False),
+            )
+        valid = st.one_of(
+            st.sampled_from([1e-6, 1e-5, 0.0, -0.0, 1.0, 1e30, 5e-324, math.inf]),
+            st.floats(min_value=0.0),
+            st.integers(0, 2),
+            st.booleans(),
+        )
+        return st.one_of(valid, kit.scalar_tensor(valid=True)) if tensors else valid
+
+    def fuzz_wrong(self, value, x) -> bool:
+        return not _float_value(value) >= 0
+
+
+@values_for(_roles.Choice)
+class ChoiceValues(RoleValues):
+    exhaustive: ClassVar[bool] = True
+
+    def valid_values(self) -> tuple:
+        return self.role.values
+
+    def bad_values(self) -> list[BadValue]:
+        values = self.role.values
+        first = values[0]
+        near = (("upper", first.upper()), ("empty", ""), ("padded", f" {first}"))
+        return [(what, lambda v, x, w=w: w) for what, w in near if w not in values]
+
+    def fuzz(self, kit, wrong, ctx):
+        values = self.role.values
+        if not wrong:
+            return st.sampled_from(values)
+        near = [v.upper() for v in values] + [f" {v}" for v in values]
+        near += [f"{v}\x00" for v in values]
+        return st.one_of(
+            st.sampled_from([*near, "", "nonë"]),
+            st.text(max_size=6),
+            st.sampled_from([None, 0, 1.0]),
+        )
+
+    def fuzz_wrong(self, value, x) -> bool:
+        return value not in self.role.values
+
+
+@values_for(_roles.Flag)
+class FlagValues(ChoiceValues):
+    """Both code paths are covered; only values of other types are wrong, and the schema
+    refuses those before any check runs."""
+
+    def bad_values(self) -> list[BadValue]:
+        return []
+
+    def fuzz(self, kit, wrong, ctx):
+        if not wrong:
+            return st.sampled_from(self.role.values)
+        return st.sampled_from(["true", "", "False"])
