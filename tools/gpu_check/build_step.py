@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import json
 import os
 import platform
@@ -16,13 +14,14 @@ from pathlib import Path
 
 from check_run import ROOT, Job, Run, Step
 
-FLAGS_FILE = "tools/torch/kernel_flags.bzl"
+# What the build compiles, from Bazel (tools/gpu_check/build_inputs.bzl says how).
+BUILD_INPUTS = "tools/gpu_check/build_inputs.json"
 CUDA_TOOLKIT = "third_party/rules_cuda/cuda/private/cuda_toolkit.py"
-KINDS = {"cpp": ["*.cpp"], "cu": ["*.cu"], "hdr": ["*.h", "*.cuh"]}
 SYSTEM_INCLUDES = (Path("/usr/include"), Path("/usr/local/include"))
 LIBRARY = "libmy_ops.so"
-# The generated C shims, as torch_op_library names them for //ops:my_ops.
+# The generated files the build writes, as Bazel names them.
 C_SHIMS = "ops/my_ops_c_shims.cpp"
+CONTRACT_HEADER = "deploy/runtime/src/package_contract.h"
 # Where the search looks after nvcc on PATH (/usr/local/cuda); tests point it elsewhere.
 DEFAULT_ROOT_VAR = "GPU_CHECK_DEFAULT_CUDA_ROOT"
 
@@ -37,31 +36,25 @@ def cuda_toolkit_script() -> Path:
     return ROOT.parent / in_runfiles if in_runfiles else ROOT / CUDA_TOOLKIT
 
 
-def find_sources(root: Path = ROOT) -> dict[str, list[str]]:
-    """What torch_op_library compiles: ops/registration.cpp and every folder's kernel files.
+def read_build_inputs(root: Path = ROOT) -> dict:
+    """BUILD_INPUTS: the op library's and the loader's sources and the kernel flags.
 
-    The macro globs the same patterns (a test compares the two lists).
+    Refused unless its generated files are the ones this script writes.
     """
-    found = {k: sorted({str(f.relative_to(root)) for p in pats for f in root.glob("ops/*/" + p)})
-             for k, pats in KINDS.items()}  # fmt: skip
-    found["cpp"].insert(0, "ops/registration.cpp")
-    return found
-
-
-def bzl_lists(path: Path) -> dict[str, list[str]]:
-    """The NAME = ["string", ...] constants of a .bzl file that holds nothing else."""
-    consts = {}
-    for node in ast.parse(path.read_text(), str(path)).body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue  # the docstring
-        value = None
-        if isinstance(node, ast.Assign) and [type(t) for t in node.targets] == [ast.Name]:
-            with contextlib.suppress(ValueError):
-                value = ast.literal_eval(node.value)
-        if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-            raise RuntimeError(f"{path}:{node.lineno}: not a NAME = [strings] constant")
-        consts[node.targets[0].id] = value
-    return consts
+    path = root / BUILD_INPUTS
+    try:
+        inputs = json.loads(path.read_text())
+        generated = {part: inputs[part]["generated"] for part in ("op_library", "loader")}
+        flags = inputs["flags"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RuntimeError(f"{BUILD_INPUTS}: unreadable ({e})") from e
+    expected = {"op_library": [C_SHIMS], "loader": [CONTRACT_HEADER]}
+    if generated != expected or not isinstance(flags, dict):
+        raise RuntimeError(
+            f"{BUILD_INPUTS}: generated files {generated}, expected {expected}: "
+            "this script writes only those"
+        )
+    return inputs
 
 
 def nvidia_lib_dirs() -> list[Path]:
@@ -235,14 +228,14 @@ class BuildPlan:
         return [self.shims, *self.compiles.values(), self.link, self.contract, self.loader]
 
 
-def _loader_commands(run: Run, cxx_flags: list[str], torch_link: list[str]):
+def _loader_commands(run: Run, sources: list[str], cxx_flags: list[str], torch_link: list[str]):
     """The loader's compile, after the command writing the header it includes."""
     libs = [f"lib/{platform.machine()}-linux-gnu", "lib64", "lib"]
     sodium = _find("MY_OPS_LIBSODIUM", "*libsodium*", *[f"{d}/libsodium.a" for d in libs])
     nlohmann = _find("MY_OPS_NLOHMANN_JSON", "*nlohmann_json*", "include/nlohmann/json.hpp")
     # Bazel generates it from deploy/contract/package_contract.json.
     gen = run.work / "gen"
-    header = gen / "deploy/runtime/src/package_contract.h"
+    header = gen / CONTRACT_HEADER
     contract = [
         sys.executable,
         "deploy/contract/package_contract.py",
@@ -258,8 +251,7 @@ def _loader_commands(run: Run, cxx_flags: list[str], torch_link: list[str]):
         # on sodium.h or nlohmann/json.hpp, which the loader step explains.
         if hit and (hit[0] / "include").resolve() not in SYSTEM_INCLUDES:
             cmd += ["-isystem", str(hit[0] / "include")]
-    for folder in ("deploy/loader", "deploy/runtime/src"):
-        cmd += sorted(str(p) for p in (ROOT / folder).glob("*.cpp"))
+    cmd += [str(ROOT / src) for src in sources]
     cmd += ([str(sodium[0] / sodium[1])] if sodium else []) + torch_link + ["-ldl"]
     return [*contract, str(header)], cmd
 
@@ -276,7 +268,8 @@ def plan_build(run: Run) -> BuildPlan:
     abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
     run.facts.update(torch=torch.__version__, torch_dir=str(torch_dir), cxx=cxx, cxx11_abi=abi)
     run.facts["python"] = sys.version.split()[0]
-    flags, sources = bzl_lists(ROOT / FLAGS_FILE), find_sources()
+    inputs = read_build_inputs()
+    flags, sources = inputs["flags"], inputs["op_library"]
     includes = [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", f"-I{ROOT}", "-isystem"]
     includes += [str(torch_dir / "include"), "-isystem"]
     includes += [str(torch_dir / "include/torch/csrc/api/include")]
@@ -310,7 +303,7 @@ def plan_build(run: Run) -> BuildPlan:
         cmd += ["-o", str(obj)]
     link = [cxx, "-shared", "-o", str(run.work / LIBRARY), *map(str, objects)]
     link += [*flags["TORCH_OP_LIBRARY_LINKOPTS"], *torch_link, *cudart]
-    contract, loader = _loader_commands(run, cxx_flags, torch_link)
+    contract, loader = _loader_commands(run, inputs["loader"]["cpp"], cxx_flags, torch_link)
     return BuildPlan(shims, jobs, objects, link, contract, loader)
 
 

@@ -1,5 +1,4 @@
-"""gpu_check on the repository's own files: what it compiles against the Bazel target, the
-flags file it reads, and a whole --cpu-only run.
+"""gpu_check on the repository's own files: a whole --cpu-only run.
 
 The run is the script as the GPU machine runs it (a plain `python3 gpu_check.py`), on the
 files in this test's runfiles, with the locked torch. Its tests step runs
@@ -19,37 +18,9 @@ import pytest
 from script_under_test import ROOT, SCRATCH, SCRIPT, run_script
 
 sys.path.insert(0, str(SCRIPT.parent))
-from build_step import C_SHIMS, FLAGS_FILE, bzl_lists, find_sources  # noqa: E402
+from build_step import read_build_inputs  # noqa: E402
 
 FIXTURE_TESTS = "tools/gpu_check/testdata/fixture_test.py"
-
-
-def _bazel_srcs() -> list[str]:
-    # $(rootpaths //ops:my_ops_srcs): every file torch_op_library compiles or includes.
-    value = os.environ.get("BAZEL_OP_LIBRARY_SRCS")
-    if not value:
-        pytest.fail("BAZEL_OP_LIBRARY_SRCS is unset: run this test with tools/bazel test")
-    return sorted(value.split())
-
-
-def test_sources_are_the_bazel_targets():
-    found = find_sources(ROOT)
-    # The C shims are generated, by the macro's genrule there and by the build step here.
-    assert sorted(found["cpp"] + found["cu"] + found["hdr"] + [C_SHIMS]) == _bazel_srcs()
-    assert all(f.endswith(".cpp") for f in found["cpp"]) and found["cpp"]
-    assert all(f.endswith(".cu") for f in found["cu"])
-
-
-def test_flags_come_from_the_bzl_file_the_macro_loads():
-    flags = bzl_lists(ROOT / FLAGS_FILE)
-    assert sorted(flags) == [
-        "TORCH_CPU_KERNEL_COPTS",
-        "TORCH_CPU_KERNEL_COPTS_AARCH64",
-        "TORCH_NVCC_COPTS",
-        "TORCH_OP_LIBRARY_CUDA_COPTS",
-        "TORCH_OP_LIBRARY_LINKOPTS",
-    ]
-    assert "-DCPU_CAPABILITY=AVX2" in flags["TORCH_CPU_KERNEL_COPTS"]
 
 
 def test_the_run_sees_no_test_suite():
@@ -92,9 +63,11 @@ def test_cpu_only_run_passes_every_step():
     # out= companion through the companion's.
     shims = summary["steps"]["export"]["facts"]["c_shims"]
     assert {"aoti_torch_cpu_fused_bias_gelu_out", "aoti_torch_cpu_silu_and_mul_out"} <= set(shims)
-    # Each C++ source of the Bazel target was compiled, and no nvcc ran.
+    # Each C++ source of the op library was compiled (build_inputs_test ties the list to the
+    # Bazel target), and no nvcc ran.
+    op_library = read_build_inputs(ROOT)["op_library"]
     compiled = sorted(summary["steps"]["build"]["facts"]["compile_s"])
-    assert compiled == [f for f in _bazel_srcs() if f.endswith(".cpp")]
+    assert compiled == sorted(op_library["cpp"] + op_library["generated"])
     assert not re.search(r"^\$ (\S+=\S* )*\S*nvcc ", (out / "build.log").read_text(), re.MULTILINE)
     tests = summary["steps"]["tests"]["facts"]
     assert (tests["passed"], tests["partial"], tests["device"]) == (

@@ -27,29 +27,40 @@ from build_step import CUDA_TOOLKIT, cuda_toolkit_script  # noqa: E402
 sys.path.insert(0, str(cuda_toolkit_script().parent))
 import cuda_toolkit  # noqa: E402
 from build_step import (  # noqa: E402
-    bzl_lists,
+    BUILD_INPUTS,
     choose_cudart,
     cudart_major,
-    find_sources,
     find_toolkit,
+    read_build_inputs,
     toolkit_cudarts,
     wheel_cudarts,
 )
 from check_run import Run  # noqa: E402
 from tests_step import _overlaps  # noqa: E402
 
-# The fake checkout's kernel flags: each list has its own marker, so a plan that took the
-# wrong list, or none, shows.
-_FLAGS = """\"\"\"Flags of the fake checkout.\"\"\"
-
-TORCH_CPU_KERNEL_COPTS = ["-DFIXTURE_CPU_X86"]
-TORCH_CPU_KERNEL_COPTS_AARCH64 = ["-DFIXTURE_CPU_AARCH64"]
-TORCH_NVCC_COPTS = ["-DFIXTURE_NVCC"]
-TORCH_OP_LIBRARY_CUDA_COPTS = ["-DFIXTURE_WITH_CUDA"]
-TORCH_OP_LIBRARY_LINKOPTS = ["-Wl,--fixture-link"]
-"""
+# The fake checkout's build inputs: each flag list has its own marker, so a plan that took
+# the wrong list, or none, shows.
+_BUILD_INPUTS = {
+    "flags": {
+        "TORCH_CPU_KERNEL_COPTS": ["-DFIXTURE_CPU_X86"],
+        "TORCH_CPU_KERNEL_COPTS_AARCH64": ["-DFIXTURE_CPU_AARCH64"],
+        "TORCH_NVCC_COPTS": ["-DFIXTURE_NVCC"],
+        "TORCH_OP_LIBRARY_CUDA_COPTS": ["-DFIXTURE_WITH_CUDA"],
+        "TORCH_OP_LIBRARY_LINKOPTS": ["-Wl,--fixture-link"],
+    },
+    "loader": {
+        "cpp": ["deploy/loader/cli.cpp", "deploy/loader/main.cpp", "deploy/runtime/src/model.cpp"],
+        "cu": [],
+        "generated": ["deploy/runtime/src/package_contract.h"],
+    },
+    "op_library": {
+        "cpp": ["ops/a/cpu.cpp", "ops/b/cpu.cpp", "ops/registration.cpp"],
+        "cu": ["ops/a/cuda.cu"],
+        "generated": ["ops/my_ops_c_shims.cpp"],
+    },
+}
 _CPU_FLAG = "-DFIXTURE_CPU_AARCH64" if platform.machine() == "aarch64" else "-DFIXTURE_CPU_X86"
-# What planning reads, and files it must leave out (a loader test, headers it only includes).
+# What planning reads, and files the list leaves out (tests, a stray source, headers).
 _CHECKOUT_FILES = [
     "ops/registration.cpp",
     "ops/a/cpu.cpp",
@@ -57,6 +68,7 @@ _CHECKOUT_FILES = [
     "ops/a/a.h",
     "ops/b/cpu.cpp",
     "ops/common/launch.cuh",
+    "ops/stray/cpu.cpp",
     "deploy/loader/main.cpp",
     "deploy/loader/cli.cpp",
     "deploy/loader/cli.h",
@@ -78,9 +90,8 @@ def checkout(tmp_path: Path) -> Path:
     for f in _CHECKOUT_FILES:
         (root / f).parent.mkdir(parents=True, exist_ok=True)
         (root / f).write_text("")
-    (root / "tools/torch").mkdir(parents=True)
-    (root / "tools/torch/kernel_flags.bzl").write_text(_FLAGS)
-    (root / "tools/gpu_check").mkdir()
+    (root / "tools/gpu_check").mkdir(parents=True)
+    (root / BUILD_INPUTS).write_text(json.dumps(_BUILD_INPUTS))
     for f in SCRIPT.parent.glob("*.py"):
         if not f.name.endswith("_test.py"):
             shutil.copy(f, root / "tools/gpu_check" / f.name)
@@ -89,26 +100,27 @@ def checkout(tmp_path: Path) -> Path:
     return root
 
 
-def test_sources_include_every_folder_with_kernel_files(tmp_path):
-    for f in ("ops/registration.cpp", "ops/a/cpu.cpp", "ops/a/cuda.cu", "ops/b/b.cuh", "ops/x.cpp"):
-        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / f).write_text("")
-    assert find_sources(tmp_path) == {
-        "cpp": ["ops/registration.cpp", "ops/a/cpu.cpp"],
-        "cu": ["ops/a/cuda.cu"],
-        "hdr": ["ops/b/b.cuh"],
-    }
-
-
 @pytest.mark.parametrize(
-    "text",
-    ['X = ["a"] + ["b"]\n', 'X = select({"a": ["b"]})\n', 'load(":x.bzl", "Y")\n', "X = [1]\n"],
+    ("text", "error"),
+    [
+        ("{", "unreadable"),
+        ("[]", "unreadable"),
+        ('{"flags": {}, "loader": {"generated": []}}', "unreadable"),
+        (
+            '{"flags": {}, "loader": {"generated": []}, "op_library": {"generated": []}}',
+            "this script writes only those",
+        ),
+    ],
 )
-def test_flags_file_with_anything_but_string_lists_is_refused(tmp_path, text):
-    path = tmp_path / "flags.bzl"
-    path.write_text('"""Doc."""\n\nOK = ["-O3"]\n' + text)
-    with pytest.raises(RuntimeError, match="flags.bzl:4: not a NAME = \\[strings\\] constant"):
-        bzl_lists(path)
+def test_build_inputs_it_cannot_follow_are_refused(tmp_path, text, error):
+    (tmp_path / BUILD_INPUTS).parent.mkdir(parents=True)
+    (tmp_path / BUILD_INPUTS).write_text(text)
+    with pytest.raises(RuntimeError, match=f"^{BUILD_INPUTS}: .*{error}"):
+        read_build_inputs(tmp_path)
+
+
+def test_the_fake_checkouts_build_inputs_read_back(checkout):
+    assert read_build_inputs(checkout) == _BUILD_INPUTS
 
 
 def _toolkit(root: Path, version: str, cudart: str | None = None, log: Path | None = None):

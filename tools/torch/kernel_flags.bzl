@@ -1,10 +1,8 @@
 """Compile and link flags of torch_op_library, in the one place both builds read them.
 
-tools/gpu_check builds the op library without Bazel and reads this file with Python's
-ast.literal_eval, so it must stay plain `NAME = ["string", ...]` assignments (and
-comments); gpu_check refuses anything else. A .bzl rather than a JSON file: BUILD
-loading cannot read data files, and a JSON would need a repository rule to generate
-a .bzl from it, where here Bazel loads this file itself and Python parses it as is.
+tools/gpu_check builds the op library without Bazel: it reads these lists from
+tools/gpu_check/build_inputs.json, which //tools/gpu_check:generated_build_inputs writes
+from this file (//tools/gpu_check:build_inputs_test keeps the committed copy current).
 """
 
 # CPU kernels use at::vec at AVX2 width, the portable x86-64-v3 level that the
