@@ -1,4 +1,4 @@
-"""Operator contract of every op: opcheck, gradients, torch.compile and torch.export."""
+"""The op contract of every op: opcheck, gradients, torch.compile and torch.export."""
 
 from __future__ import annotations
 
