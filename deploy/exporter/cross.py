@@ -23,9 +23,9 @@ import json
 import os
 import subprocess
 import zipfile
-from collections.abc import Iterator
 from typing import Any
 
+from . import vec_isa
 from .compile import read_compiler_info, runfile
 from .errors import EXIT_USAGE, ExportError, first_line
 
@@ -96,33 +96,15 @@ def target_files(target: CrossTarget) -> TargetFiles:
     )
 
 
-@contextlib.contextmanager
-def forced_vec_isa(target: CrossTarget) -> Iterator[None]:
-    """Make Inductor generate the target's vector code instead of the host's.
+def forced_vec_isa(target: CrossTarget) -> contextlib.AbstractContextManager[None]:
+    """Make Inductor generate the target's vector code (NEON) instead of the host's.
 
-    Inductor has no option for this: it asks pick_vec_isa(), which probes the
-    host CPU. The name is replaced where it is looked up (cpu_vec_isa, and the
-    two modules that import it by name), and cpp.vec_isa_ok skips the probe
-    build, which would compile NEON code for the host. Checked by
-    deploy/exporter/tests/test_export_cross.py against the generated flags file.
+    Without it Inductor would probe the host CPU, compiling NEON code for the host.
+    Checked by deploy/exporter/tests/test_export_cross.py against the generated flags file.
     """
     if target.machine != "aarch64":
         raise ExportError(f"no vector ISA known for {target.machine}")
-    import torch._inductor.compile_fx  # noqa: F401  (imported first: the others import it circularly)
-    from torch._inductor import codecache, config, cpu_vec_isa
-    from torch._inductor.codegen import cpp_micro_gemm
-
-    isa = cpu_vec_isa.VecNEON()
-    modules = (cpu_vec_isa, codecache, cpp_micro_gemm)
-    saved = [m.pick_vec_isa for m in modules]
-    try:
-        for m in modules:
-            m.pick_vec_isa = lambda: isa
-        with config.patch({"cpp.vec_isa_ok": True}):
-            yield
-    finally:
-        for m, original in zip(modules, saved, strict=True):
-            m.pick_vec_isa = original
+    return vec_isa.forced_vec_isa("VecNEON")
 
 
 def cpp_only_options() -> dict[str, Any]:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 # In the order a CPU compile runs them.
 STEPS = (
-    ("isa check", "Inductor's test build of the vector ISA, once per toolchain"),
+    ("isa check", "Inductor's test build of the vector ISA (none for a portable x86-64 package)"),
+    ("autotune", "candidate kernels max-autotune builds to time them"),
     ("headers", "precompiled headers, once per toolchain and flags"),
     ("wrapper", "the model's wrapper .cpp (calls, shapes, the proxy executor)"),
     ("kernels", "the model's kernel .cpp"),
@@ -41,6 +42,9 @@ def classify(args: list[str]) -> str:
         return "kernels"
     if any(a.endswith((".S", ".s")) for a in sources):
         return "constants"
+    # Inductor's JIT builds (CppCodeCache) write <hash>.main.cpp.
+    if "-shared" in args and any(a.endswith(".main.cpp") for a in sources):
+        return "autotune"
     if "-shared" in args and sources:
         return "isa check"
     return "other"

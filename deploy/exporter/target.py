@@ -9,12 +9,15 @@ and its manifest names the target's op library.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from . import vec_isa
+from .compile import MARCH
 from .cross import (
     HOST_TARGET,
     TARGETS,
@@ -34,6 +37,14 @@ from .verify import sample_inputs, verify
 Stage = Callable[[str], AbstractContextManager[None]]
 
 
+def _known_vec_isa(options: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+    """A portable package's vector ISA, forced where the host runs it (vec_isa.py); a native
+    one's is the host's best, which only Inductor's probe finds."""
+    portable = options.get("cpp.march") == MARCH["portable"]
+    isa = vec_isa.portable_host_isa() if portable else None
+    return vec_isa.forced_vec_isa(isa) if isa else contextlib.nullcontext()
+
+
 class HostBuild:
     name = HOST_TARGET
     cross = False
@@ -47,9 +58,10 @@ class HostBuild:
         import torch
 
         try:
-            torch._inductor.aoti_compile_and_package(
-                ep, package_path=package, inductor_configs=options
-            )
+            with _known_vec_isa(options):
+                torch._inductor.aoti_compile_and_package(
+                    ep, package_path=package, inductor_configs=options
+                )
         except Exception as e:  # noqa: BLE001
             raise ExportError(f"AOTInductor compile failed: {first_line(e)}") from e
 
@@ -63,7 +75,9 @@ class HostBuild:
         options: dict[str, Any],
         stage: Stage,
     ) -> tuple[Any, ...]:
-        with stage("verify"):
+        # Loading the package checks the host's vector ISA against the package's, by the
+        # same probe.
+        with stage("verify"), _known_vec_isa(options):
             return verify(spec, module, package, max_batch, device, options)
 
     def write_manifest(
