@@ -36,20 +36,34 @@ def cuda_toolkit_script() -> Path:
     return ROOT.parent / in_runfiles if in_runfiles else ROOT / CUDA_TOOLKIT
 
 
+def _string_lists(value: object, keys: tuple[str, ...] | None = None) -> bool:
+    """Whether value is a dict of lists of strings (with exactly `keys`, when given)."""
+    if not isinstance(value, dict) or (keys is not None and sorted(value) != sorted(keys)):
+        return False
+    return all(isinstance(v, list) and all(isinstance(s, str) for s in v) for v in value.values())
+
+
 def read_build_inputs(root: Path = ROOT) -> dict:
     """BUILD_INPUTS: the op library's and the loader's sources and the kernel flags.
 
-    Refused unless its generated files are the ones this script writes.
+    Refused, in one line, unless it has that shape and its generated files are the ones
+    this script writes.
     """
     path = root / BUILD_INPUTS
     try:
         inputs = json.loads(path.read_text())
-        generated = {part: inputs[part]["generated"] for part in ("op_library", "loader")}
-        flags = inputs["flags"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError) as e:
         raise RuntimeError(f"{BUILD_INPUTS}: unreadable ({e})") from e
+    parts, kinds = ("op_library", "loader"), ("cpp", "cu", "generated")
+    shaped = isinstance(inputs, dict) and _string_lists(inputs.get("flags"))
+    if not shaped or not all(_string_lists(inputs.get(p), kinds) for p in parts):
+        raise RuntimeError(
+            f"{BUILD_INPUTS}: unreadable (not the generated file's shape); "
+            "tools/bazel run //tools/gpu_check:update_build_inputs rewrites it"
+        )
+    generated = {p: inputs[p]["generated"] for p in parts}
     expected = {"op_library": [C_SHIMS], "loader": [CONTRACT_HEADER]}
-    if generated != expected or not isinstance(flags, dict):
+    if generated != expected:
         raise RuntimeError(
             f"{BUILD_INPUTS}: generated files {generated}, expected {expected}: "
             "this script writes only those"

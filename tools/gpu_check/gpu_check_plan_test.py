@@ -106,8 +106,13 @@ def checkout(tmp_path: Path) -> Path:
         ("{", "unreadable"),
         ("[]", "unreadable"),
         ('{"flags": {}, "loader": {"generated": []}}', "unreadable"),
+        ('{"flags": {"X": [1]}, "loader": {}, "op_library": {}}', "unreadable"),
         (
-            '{"flags": {}, "loader": {"generated": []}, "op_library": {"generated": []}}',
+            json.dumps({**_BUILD_INPUTS, "loader": {"cpp": [], "cu": []}}),
+            "not the generated file's shape",
+        ),
+        (
+            json.dumps({**_BUILD_INPUTS, "op_library": {"cpp": [], "cu": [], "generated": []}}),
             "this script writes only those",
         ),
     ],
