@@ -9,11 +9,10 @@ and its manifest names the target's op library.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from collections.abc import Callable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from . import vec_isa
@@ -37,12 +36,12 @@ from .verify import sample_inputs, verify
 Stage = Callable[[str], AbstractContextManager[None]]
 
 
-def _known_vec_isa(options: dict[str, Any]) -> contextlib.AbstractContextManager[None]:
+def _known_vec_isa(options: dict[str, Any]) -> AbstractContextManager[None]:
     """A portable package's vector ISA, forced where the host runs it (vec_isa.py); a native
     one's is the host's best, which only Inductor's probe finds."""
     portable = options.get("cpp.march") == MARCH["portable"]
     isa = vec_isa.portable_host_isa() if portable else None
-    return vec_isa.forced_vec_isa(isa) if isa else contextlib.nullcontext()
+    return vec_isa.forced_vec_isa(isa) if isa else nullcontext()
 
 
 class HostBuild:

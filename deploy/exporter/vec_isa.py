@@ -21,7 +21,8 @@ _RUNS_AVX2 = ("AVX2", "AVX512")
 
 
 def portable_host_isa() -> str | None:
-    """ "VecAVX2" where this host runs a portable x86-64 package's code, else None (probe)."""
+    """The ISA class of a portable x86-64 package where this host runs its code (VecAVX2),
+    else None: Inductor probes."""
     if platform.machine() not in ("x86_64", "AMD64"):
         return None
     import torch
