@@ -22,6 +22,14 @@ LIBRARY = "libmy_ops.so"
 # The generated files the build writes, as Bazel names them.
 C_SHIMS = "ops/my_ops_c_shims.cpp"
 CONTRACT_HEADER = "deploy/runtime/src/package_contract.h"
+# The flag lists of tools/torch/kernel_flags.bzl the build uses.
+FLAG_LISTS = (
+    "TORCH_CPU_KERNEL_COPTS",
+    "TORCH_CPU_KERNEL_COPTS_AARCH64",
+    "TORCH_NVCC_COPTS",
+    "TORCH_OP_LIBRARY_CUDA_COPTS",
+    "TORCH_OP_LIBRARY_LINKOPTS",
+)
 # Where the search looks after nvcc on PATH (/usr/local/cuda); tests point it elsewhere.
 DEFAULT_ROOT_VAR = "GPU_CHECK_DEFAULT_CUDA_ROOT"
 
@@ -55,7 +63,7 @@ def read_build_inputs(root: Path = ROOT) -> dict:
     except (OSError, ValueError) as e:
         raise RuntimeError(f"{BUILD_INPUTS}: unreadable ({e})") from e
     parts, kinds = ("op_library", "loader"), ("cpp", "cu", "generated")
-    shaped = isinstance(inputs, dict) and _string_lists(inputs.get("flags"))
+    shaped = isinstance(inputs, dict) and _string_lists(inputs.get("flags"), FLAG_LISTS)
     if not shaped or not all(_string_lists(inputs.get(p), kinds) for p in parts):
         raise RuntimeError(
             f"{BUILD_INPUTS}: unreadable (not the generated file's shape); "

@@ -112,6 +112,10 @@ def checkout(tmp_path: Path) -> Path:
             "not the generated file's shape",
         ),
         (
+            json.dumps({**_BUILD_INPUTS, "flags": {"TORCH_NVCC_COPTS": []}}),
+            "not the generated file's shape",
+        ),
+        (
             json.dumps({**_BUILD_INPUTS, "op_library": {"cpp": [], "cu": [], "generated": []}}),
             "this script writes only those",
         ),
