@@ -1,6 +1,6 @@
 #include "deploy/loader/expect.h"
 
-#include <ATen/ATen.h>
+#include <ATen/ops/allclose.h>
 #include <c10/util/StringUtil.h>
 
 #include "my_ops/error.h"
@@ -34,7 +34,7 @@ void compare_expected(const std::vector<at::Tensor>& got, const std::vector<at::
       continue;
     }
     if (!at::allclose(g, want[i], rtol, atol)) {
-      const double diff = (g.to(at::kDouble) - want[i].to(at::kDouble)).abs().max().item<double>();
+      const double diff = g.to(at::kDouble).sub(want[i].to(at::kDouble)).abs().max().item<double>();
       mismatch("output " + std::to_string(i) + " differs from " + path + " (max abs diff " +
                std::to_string(diff) + ")");
     }

@@ -2,7 +2,7 @@
 
 // Loading the op libraries and the package, and one run of it.
 
-#include <ATen/ATen.h>
+#include <ATen/Tensor.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include <memory>

@@ -2,7 +2,7 @@
 
 // torch.save files in and out, and what the package accepts as inputs.
 
-#include <ATen/ATen.h>
+#include <ATen/Tensor.h>
 
 #include <cstdint>
 #include <memory>

@@ -1,8 +1,8 @@
 #include "deploy/runtime/src/weights.h"
 
-#include <ATen/ATen.h>
 #include <ATen/core/class_type.h>
 #include <ATen/core/function.h>
+#include <ATen/ops/empty.h>
 #include <sodium.h>
 #include <sys/stat.h>
 

@@ -3,7 +3,8 @@
 
 #include "my_ops/model.h"
 
-#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/allclose.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <gtest/gtest.h>

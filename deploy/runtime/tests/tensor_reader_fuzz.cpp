@@ -10,7 +10,9 @@
 // an ASan report; every build also checks that each tensor the reader accepts holds exactly the
 // bytes of one record of the file.
 
-#include <ATen/ATen.h>
+#include <ATen/ops/arange.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/zeros.h>
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 #include <fcntl.h>
