@@ -20,76 +20,97 @@ struct Entry {
   uint64_t size;
 };
 
-// A stored (uncompressed) zip of `entries`, written as the format describes, independently of
-// the reader under test. With zip64, the end record is saturated and the real values live in a
+// The records of a stored (uncompressed) zip, written as the format describes, independently of
+// the reader under test.
+
+// A local file header, then the entry's name and `size` bytes of data.
+void put_local_entry(Bytes& b, const Entry& e) {
+  put(b, 0x04034b50, 4);
+  put(b, 20, 2);
+  put(b, 0, 2);
+  put(b, 0, 2);  // stored
+  put(b, 0, 4);
+  put(b, 0, 4);  // crc, unchecked here
+  put(b, e.size, 4);
+  put(b, e.size, 4);
+  put(b, e.name.size(), 2);
+  put(b, 0, 2);
+  b.insert(b.end(), e.name.begin(), e.name.end());
+  b.insert(b.end(), e.size, 'x');
+}
+
+// A central directory header for the entry whose local header is at `offset`. With zip64, its
+// sizes are saturated and the real ones live in a zip64 extra field.
+void put_central_entry(Bytes& b, const Entry& e, uint64_t offset, bool zip64) {
+  put(b, 0x02014b50, 4);
+  put(b, 45, 2);
+  put(b, 45, 2);
+  put(b, 0, 2);
+  put(b, 0, 2);
+  put(b, 0, 4);
+  put(b, 0, 4);
+  put(b, zip64 ? 0xFFFFFFFF : e.size, 4);
+  put(b, zip64 ? 0xFFFFFFFF : e.size, 4);
+  put(b, e.name.size(), 2);
+  put(b, zip64 ? 20 : 0, 2);
+  put(b, 0, 2);
+  put(b, 0, 2);
+  put(b, 0, 2);
+  put(b, 0, 4);
+  put(b, offset, 4);
+  b.insert(b.end(), e.name.begin(), e.name.end());
+  if (zip64) {
+    put(b, 0x0001, 2);
+    put(b, 16, 2);
+    put(b, e.size, 8);  // uncompressed
+    put(b, e.size, 8);  // compressed
+  }
+}
+
+// A zip64 end record for a directory of `count` entries, then its locator.
+void put_zip64_end(Bytes& b, uint64_t count, uint64_t cd_size, uint64_t cd_offset) {
+  const uint64_t record_at = b.size();
+  put(b, 0x06064b50, 4);
+  put(b, 44, 8);
+  put(b, 45, 2);
+  put(b, 45, 2);
+  put(b, 0, 4);
+  put(b, 0, 4);
+  put(b, count, 8);
+  put(b, count, 8);
+  put(b, cd_size, 8);
+  put(b, cd_offset, 8);
+  put(b, 0x07064b50, 4);
+  put(b, 0, 4);
+  put(b, record_at, 8);
+  put(b, 1, 4);
+}
+
+// The classic end record; `saturated` leaves the real values to a zip64 record.
+void put_end(Bytes& b, uint64_t count, uint64_t cd_size, uint64_t cd_offset, bool saturated) {
+  put(b, 0x06054b50, 4);
+  put(b, 0, 2);
+  put(b, 0, 2);
+  put(b, saturated ? 0xFFFF : count, 2);
+  put(b, saturated ? 0xFFFF : count, 2);
+  put(b, saturated ? 0xFFFFFFFF : cd_size, 4);
+  put(b, saturated ? 0xFFFFFFFF : cd_offset, 4);
+  put(b, 0, 2);
+}
+
+// A zip of `entries`. With zip64, the end record is saturated and the real values live in a
 // zip64 record, and each entry's sizes in a zip64 extra field.
 Bytes make_zip(const std::vector<Entry>& entries, bool zip64 = false) {
   Bytes file, cd;
   for (const auto& e : entries) {
     const uint64_t offset = file.size();
-    put(file, 0x04034b50, 4);
-    put(file, 20, 2);
-    put(file, 0, 2);
-    put(file, 0, 2);  // stored
-    put(file, 0, 4);
-    put(file, 0, 4);  // crc, unchecked here
-    put(file, e.size, 4);
-    put(file, e.size, 4);
-    put(file, e.name.size(), 2);
-    put(file, 0, 2);
-    file.insert(file.end(), e.name.begin(), e.name.end());
-    file.insert(file.end(), e.size, 'x');
-    put(cd, 0x02014b50, 4);
-    put(cd, 45, 2);
-    put(cd, 45, 2);
-    put(cd, 0, 2);
-    put(cd, 0, 2);
-    put(cd, 0, 4);
-    put(cd, 0, 4);
-    put(cd, zip64 ? 0xFFFFFFFF : e.size, 4);
-    put(cd, zip64 ? 0xFFFFFFFF : e.size, 4);
-    put(cd, e.name.size(), 2);
-    put(cd, zip64 ? 20 : 0, 2);
-    put(cd, 0, 2);
-    put(cd, 0, 2);
-    put(cd, 0, 2);
-    put(cd, 0, 4);
-    put(cd, offset, 4);
-    cd.insert(cd.end(), e.name.begin(), e.name.end());
-    if (zip64) {
-      put(cd, 0x0001, 2);
-      put(cd, 16, 2);
-      put(cd, e.size, 8);  // uncompressed
-      put(cd, e.size, 8);  // compressed
-    }
+    put_local_entry(file, e);
+    put_central_entry(cd, e, offset, zip64);
   }
   const uint64_t cd_offset = file.size();
   file.insert(file.end(), cd.begin(), cd.end());
-  if (zip64) {
-    const uint64_t record_at = file.size();
-    put(file, 0x06064b50, 4);
-    put(file, 44, 8);
-    put(file, 45, 2);
-    put(file, 45, 2);
-    put(file, 0, 4);
-    put(file, 0, 4);
-    put(file, entries.size(), 8);
-    put(file, entries.size(), 8);
-    put(file, cd.size(), 8);
-    put(file, cd_offset, 8);
-    put(file, 0x07064b50, 4);
-    put(file, 0, 4);
-    put(file, record_at, 8);
-    put(file, 1, 4);
-  }
-  put(file, 0x06054b50, 4);
-  put(file, 0, 2);
-  put(file, 0, 2);
-  put(file, zip64 ? 0xFFFF : entries.size(), 2);
-  put(file, zip64 ? 0xFFFF : entries.size(), 2);
-  put(file, zip64 ? 0xFFFFFFFF : cd.size(), 4);
-  put(file, zip64 ? 0xFFFFFFFF : cd_offset, 4);
-  put(file, 0, 2);
+  if (zip64) put_zip64_end(file, entries.size(), cd.size(), cd_offset);
+  put_end(file, entries.size(), cd.size(), cd_offset, zip64);
   return file;
 }
 
@@ -200,61 +221,13 @@ Bytes make_two_directory_zip(const std::vector<Entry>& first, const Entry& extra
             zip.begin() + static_cast<long>(cd1_offset + cd1_size));
   zip.resize(eocd);
   const uint64_t extra_offset = zip.size();
-  put(zip, 0x04034b50, 4);
-  put(zip, 20, 2);
-  put(zip, 0, 2);
-  put(zip, 0, 2);
-  put(zip, 0, 4);
-  put(zip, 0, 4);
-  put(zip, extra.size, 4);
-  put(zip, extra.size, 4);
-  put(zip, extra.name.size(), 2);
-  put(zip, 0, 2);
-  zip.insert(zip.end(), extra.name.begin(), extra.name.end());
-  zip.insert(zip.end(), extra.size, 'x');
+  put_local_entry(zip, extra);
   const uint64_t cd2_offset = zip.size();
   zip.insert(zip.end(), cd1.begin(), cd1.end());
-  put(zip, 0x02014b50, 4);
-  put(zip, 45, 2);
-  put(zip, 45, 2);
-  put(zip, 0, 2);
-  put(zip, 0, 2);
-  put(zip, 0, 4);
-  put(zip, 0, 4);
-  put(zip, extra.size, 4);
-  put(zip, extra.size, 4);
-  put(zip, extra.name.size(), 2);
-  put(zip, 0, 2);
-  put(zip, 0, 2);
-  put(zip, 0, 2);
-  put(zip, 0, 2);
-  put(zip, 0, 4);
-  put(zip, extra_offset, 4);
-  zip.insert(zip.end(), extra.name.begin(), extra.name.end());
+  put_central_entry(zip, extra, extra_offset, /*zip64=*/false);
   const uint64_t cd2_size = zip.size() - cd2_offset;
-  const uint64_t record_at = zip.size();
-  put(zip, 0x06064b50, 4);
-  put(zip, 44, 8);
-  put(zip, 45, 2);
-  put(zip, 45, 2);
-  put(zip, 0, 4);
-  put(zip, 0, 4);
-  put(zip, first.size() + 1, 8);
-  put(zip, first.size() + 1, 8);
-  put(zip, cd2_size, 8);
-  put(zip, cd2_offset, 8);
-  put(zip, 0x07064b50, 4);
-  put(zip, 0, 4);
-  put(zip, record_at, 8);
-  put(zip, 1, 4);
-  put(zip, 0x06054b50, 4);
-  put(zip, 0, 2);
-  put(zip, 0, 2);
-  put(zip, first.size(), 2);
-  put(zip, first.size(), 2);
-  put(zip, cd1_size, 4);
-  put(zip, cd1_offset, 4);
-  put(zip, 0, 2);
+  put_zip64_end(zip, first.size() + 1, cd2_size, cd2_offset);
+  put_end(zip, first.size(), cd1_size, cd1_offset, /*saturated=*/false);
   return zip;
 }
 
