@@ -1,33 +1,24 @@
-// The single TORCH_LIBRARY block of the my_ops library: every op schema and the custom class are
-// declared here, and the CUDA kernels and the autograd entry registered. Each op folder registers
-// its CPU kernels itself (cpu.cpp, TORCH_LIBRARY_IMPL), as my_ops::cpu::<op> with the op's
-// dispatcher signature: the op's CPU C shim calls that function directly.
+// The single schema block of the my_ops library: every op schema is defined here, on LibTorch's
+// stable ABI. The kernels' registrations and AOTInductor C shims are generated from the schemas
+// (tools/torch/c_shims.py); each op folder defines its kernels as my_ops::cpu::<op> (cpu.cpp) and
+// my_ops::cuda::<op> (cuda.cu). The RMSNorm class and the C++ autograd entries, which the stable
+// ABI cannot express, are in the companion library (ops/cxx/).
 
-#include <ATen/core/LegacyTypeDispatch.h>
-#include <ATen/core/dispatch/Dispatcher.h>
-#include <c10/core/GradMode.h>
-#include <torch/custom_class.h>
-#include <torch/library.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/c/shim.h>
+#include <torch/csrc/stable/version.h>
 
-#include <cstring>
+#include <stdexcept>
 #include <string>
-#include <tuple>
-
-#include "ops/rms_norm_class/rms_norm_class.h"
-
-#ifdef TORCH_OP_LIBRARY_CUDA
-#include "ops/fused_bias_gelu/fused_bias_gelu.h"
-#include "ops/identity_conv/identity_conv.h"
-#include "ops/rms_norm/rms_norm.h"
-#include "ops/rotary_embedding/rotary_embedding.h"
-#include "ops/silu_and_mul/silu_and_mul.h"
-#endif
 
 namespace {
 
-// One schema per line so that each stays greppable as a whole. The AOTInductor C shims of every
-// op (aoti_torch_cpu_<op>, aoti_torch_cuda_<op>) are generated from this array at build time
-// (tools/torch/c_shims.py), which reads it as plain string literals: keep it so.
+// The op namespace, read by tools/torch/c_shims.py too.
+constexpr char kNamespace[] = "my_ops";
+
+// One schema per line so that each stays greppable as a whole. The registrations and C shims of
+// every op (aoti_torch_cpu_<op>, aoti_torch_cuda_<op>) are generated from this array at build
+// time (tools/torch/c_shims.py), which reads it as plain string literals: keep it so.
 //
 // <op>_out is the out= companion of <op>: the same arguments and a caller's `out`, which it
 // fills and returns. An exporter lowers each call of <op> in a package to its companion
@@ -51,105 +42,42 @@ constexpr const char* kOpSchemas[] = {
 };
 // clang-format on
 
-bool needs_gradient(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  if (!c10::GradMode::is_enabled()) return false;
-  for (const c10::IValue& arg : torch::jit::last(stack, op.schema().arguments().size())) {
-    if (arg.isTensor() && arg.toTensor().requires_grad()) return true;
-  }
-  return false;
-}
-
-// Every op's entry at the CPU and CUDA autograd keys. The autograd formulas are Python's
-// (my_ops/ops/<op>.py, torch.library.register_autograd), which registers them at the Autograd
-// alias key; on their own they run on every call, even one whose inputs need no gradient, and a
-// call from an AOTInductor package or from compiled code then costs a trip through Python.
-// Kernels at AutogradCPU and AutogradCUDA take precedence over the alias for those devices: this
-// one goes straight below autograd when no gradient is needed (no grad mode, or no input that
-// requires one), as PyTorch's generated autograd kernels do, and otherwise hands the call to the
-// formula, by redispatching to AutogradOther, a key the alias kernel fills too. Without a Python
-// formula registered, AutogradOther falls back to PyTorch's autograd fallback, as before.
-void autograd_entry(const c10::OperatorHandle& op, c10::DispatchKeySet keys,
-                    torch::jit::Stack* stack) {
-  const c10::DispatchKeySet below_autograd = keys & c10::after_autograd_keyset;
-  if (!needs_gradient(op, *stack)) {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    op.redispatchBoxed(below_autograd, stack);
-    return;
-  }
-  op.redispatchBoxed(below_autograd | c10::DispatchKeySet(c10::DispatchKey::AutogradOther), stack);
-}
-
-}  // namespace
-
-TORCH_LIBRARY(my_ops, m) {
-  m.set_python_module("my_ops");  // First, so that errors on a missing fake say "import my_ops".
-  for (const char* schema : kOpSchemas) {
-    m.def(schema);
-    const std::string name(schema, std::strchr(schema, '('));
-    for (c10::DispatchKey key : {c10::DispatchKey::AutogradCPU, c10::DispatchKey::AutogradCUDA}) {
-      m.impl(name.c_str(),
-             torch::dispatch(key, torch::CppFunction::makeFromBoxedFunction<&autograd_entry>()));
-    }
-  }
-
-  // The class's methods have no C shims: a package calls them through AOTInductor's
-  // ProxyExecutor (call_torchbind), which aot_inductor.custom_ops_to_c_shims does not cover.
-  using my_ops::RMSNorm;
-  m.class_<RMSNorm>("RMSNorm")
-      // Named arguments, so a wrong argument is reported by its name.
-      .def(torch::init<at::Tensor, double>(), "", {torch::arg("weight"), torch::arg("eps")})
-      .def("forward", &RMSNorm::forward, "", {torch::arg("x")})
-      .def("forward_residual", &RMSNorm::forward_residual, "",
-           {torch::arg("x"), torch::arg("residual")})
-      .def("weight", [](const c10::intrusive_ptr<RMSNorm>& self) { return self->weight(); })
-      .def("eps", &RMSNorm::eps)
-      .def("__obj_flatten__", &RMSNorm::flatten)
-      .def_pickle([](const c10::intrusive_ptr<RMSNorm>& self) { return self->get_state(); },
-                  [](RMSNorm::State state) { return RMSNorm::from_state(std::move(state)); });
-}
-
-#ifdef TORCH_OP_LIBRARY_CUDA
-namespace {
-
-// The CUDA kernels take and return at::TensorBase, so nvcc never parses at::Tensor, whose header
-// is most of a .cu file's compile time (PyTorch's own CUDA kernels do the same). TensorEntry adapts
-// such a kernel to the at::Tensor signature its schema is registered with: at::Tensor for each
-// at::TensorBase, every other argument as it is.
-template <class T>
-struct WithTensor {
-  using type = T;
-};
-template <>
-struct WithTensor<const at::TensorBase&> {
-  using type = const at::Tensor&;
-};
-template <>
-struct WithTensor<at::TensorBase> {
-  using type = at::Tensor;
-};
-template <class... Ts>
-struct WithTensor<std::tuple<Ts...>> {
-  using type = std::tuple<typename WithTensor<Ts>::type...>;
-};
-
-template <auto kKernel>
-struct TensorEntry;
-template <class R, class... Args, R (*kKernel)(Args...)>
-struct TensorEntry<kKernel> {
-  static typename WithTensor<R>::type call(typename WithTensor<Args>::type... args) {
-    return typename WithTensor<R>::type(kKernel(args...));
-  }
-};
-
-}  // namespace
-
-// Built with the library's CUDA part only (torch_op_library defines TORCH_OP_LIBRARY_CUDA then).
-TORCH_LIBRARY_IMPL(my_ops, CUDA, m) {
-  m.impl("identity_conv_op", &TensorEntry<&my_ops::identity_conv_cuda>::call);
-  m.impl("fused_bias_gelu", &TensorEntry<&my_ops::fused_bias_gelu_cuda>::call);
-  m.impl("rms_norm", &TensorEntry<&my_ops::rms_norm_cuda>::call);
-  m.impl("fused_add_rms_norm", &TensorEntry<&my_ops::fused_add_rms_norm_cuda>::call);
-  m.impl("silu_and_mul", &TensorEntry<&my_ops::silu_and_mul_cuda>::call);
-  m.impl("rotary_embedding", &TensorEntry<&my_ops::rotary_embedding_cuda>::call);
-}
+// The namespace's schema block: STABLE_TORCH_LIBRARY, written out so that each call's
+// result is checked. torch's macro ignores a failure to claim the namespace, which a second copy
+// of this library in the process meets, and then crashes on its first def; this throws torch's
+// message instead, which reaches whoever opened the copy (a static initialiser runs inside
+// dlopen). It is the first static object of the library's first unit, so that a copy throws
+// before any of its kernels is registered.
+class SchemaBlock {
+ public:
+  SchemaBlock() {
+    check(aoti_torch_library_init_def(kNamespace, __FILE__, __LINE__, &library_));
+#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_13_0
+    // First, so that errors on a missing fake say "import my_ops". (tools/gpu_check builds the
+    // library for an older torch when its machine has one.)
+    check(torch_library_set_python_module(library_, kNamespace, ""));
 #endif
+    for (const char* schema : kOpSchemas) check(aoti_torch_library_def(library_, schema));
+  }
+  SchemaBlock(const SchemaBlock&) = delete;
+  SchemaBlock& operator=(const SchemaBlock&) = delete;
+  ~SchemaBlock() { aoti_torch_delete_library_object(library_); }
+
+ private:
+  void check(AOTITorchError error) {
+    if (error == AOTI_TORCH_SUCCESS) return;
+    std::string message =
+        std::string("libmy_ops.so: registering the ") + kNamespace + " schemas failed";
+#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_13_0
+    message += std::string(": ") + torch_exception_get_what_without_backtrace();
+#endif
+    if (library_ != nullptr) aoti_torch_delete_library_object(library_);
+    throw std::runtime_error(message);
+  }
+
+  TorchLibraryHandle library_ = nullptr;
+};
+
+const SchemaBlock kSchemaBlock;
+
+}  // namespace

@@ -2,6 +2,7 @@
 
 load("@rules_python//python:packaging.bzl", "py_wheel")
 load("//tools/platforms:platform_data.bzl", "platform_data")
+load("//tools/torch:kernel_flags.bzl", "TORCH_RELEASE")
 
 def _wheel_files_impl(ctx):
     outs = []
@@ -68,14 +69,17 @@ def my_ops_wheel(name, platform_tag, version, requires, platform = None, **kwarg
       **kwargs: passed to py_wheel (visibility, tags, ...).
     """
     ops, loader = "//ops:libmy_ops.so", "//deploy/loader"
+    companion = "//ops:libmy_ops_torch" + TORCH_RELEASE + ".so"
     if platform:
         platform_data(name = name + "_ops", platform = platform, target = ops)
+        platform_data(name = name + "_companion", platform = platform, target = companion)
         platform_data(name = name + "_loader", platform = platform, target = loader)
         ops, loader = ":" + name + "_ops", ":" + name + "_loader"
+        companion = ":" + name + "_companion"
     _wheel_files(
         name = name + "_files",
         srcs = _SOURCES,
-        binaries = {ops: _NATIVE_FOLDER, loader: _NATIVE_FOLDER},
+        binaries = {ops: _NATIVE_FOLDER, companion: _NATIVE_FOLDER, loader: _NATIVE_FOLDER},
     )
     py_wheel(
         name = name,

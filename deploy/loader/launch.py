@@ -11,6 +11,7 @@ loader looks by default.
 from __future__ import annotations
 
 import glob
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -60,11 +61,39 @@ def library_dirs() -> list[str]:
     return list(dict.fromkeys(os.path.abspath(d) for d in dirs))
 
 
+# The op library's companion, named for the torch release the wheel's C++ (the loader too) is
+# built for: my_ops/lib/libmy_ops_torch<release>.so.
+COMPANION_PREFIX = "libmy_ops_torch"
+
+
+def check_torch_release(lib_dir: str) -> None:
+    """Exits in one line unless the installed torch is the release the loader is built for.
+
+    The loader is built on LibTorch's C++ API, whose ABI changes with every release, so under
+    another torch it would fail to start on a missing symbol, or worse.
+    """
+    built = [
+        os.path.basename(p)[len(COMPANION_PREFIX) : -len(".so")]
+        for p in glob.glob(os.path.join(glob.escape(lib_dir), COMPANION_PREFIX + "*.so"))
+    ]
+    try:
+        installed = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return  # library_dirs says so
+    release = installed.split("+")[0]
+    if built and release not in built:
+        _die(
+            f"the loader is built for torch {' or '.join(sorted(built))}; this environment has "
+            f"torch {installed} (pip install torch=={sorted(built)[-1]})"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     args = list(sys.argv[1:] if argv is None else argv)
     loader = installed_loader()
     if not os.access(loader, os.X_OK):
         _die(f"{loader} is missing or not executable; reinstall the my_ops wheel")
+    check_torch_release(os.path.dirname(loader))
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(
         [*library_dirs(), *filter(None, env.get("LD_LIBRARY_PATH", "").split(os.pathsep))]

@@ -1,13 +1,9 @@
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <ATen/core/TensorBase.h>
-#include <ATen/cuda/EmptyTensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <torch/headeronly/core/Dispatch_v2.h>
 
 #include <cmath>
+#include <string_view>
 
+#include "ops/common/acc_type.h"
 #include "ops/common/launch.cuh"
 #include "ops/common/math.cuh"
 #include "ops/common/pack.cuh"
@@ -30,7 +26,7 @@ __device__ __forceinline__ acc_t gelu(acc_t v) {
 
 template <typename scalar_t, GeluApproximation kApprox>
 __device__ __forceinline__ scalar_t bias_gelu(scalar_t x, scalar_t bias) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   // x + bias is formed in acc_t and never rounded to scalar_t before the gelu.
   return static_cast<scalar_t>(gelu<kApprox>(static_cast<acc_t>(x) + static_cast<acc_t>(bias)));
 }
@@ -122,39 +118,46 @@ void launch_bias_gelu(const scalar_t* x, const scalar_t* bias, scalar_t* out, in
         <<<num_blocks_for(rows, /*items_per_block=*/kThreads / kWarpSize), kThreads, 0, stream>>>(
             x, bias, out, rows, row_length);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch();
 }
 
 }  // namespace
 
-at::TensorBase fused_bias_gelu_cuda(const at::TensorBase& x, const at::TensorBase& bias,
-                                    c10::string_view approximate) {
+// The CUDA kernels, which the library's generated code registers at the CUDA key and its C shims
+// call (tools/torch/c_shims.py): each is named after its op, with its schema's arguments.
+namespace cuda {
+
+OwnedTensor fused_bias_gelu(TensorRef x, TensorRef bias, std::string_view approximate) {
   const GeluApproximation approx = check_fused_bias_gelu_args(x, bias, approximate);
-  const c10::cuda::CUDAGuard device_guard(x.device());
-  const at::TensorBase x_contig = x.contiguous();
-  const at::TensorBase bias_contig = bias.contiguous();
-  at::TensorBase out =
-      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
+  const DeviceGuard device_guard(x.device_index());
+  const ContiguousAs x_contig(x);
+  const ContiguousAs bias_contig(bias);
+  OwnedTensor out = empty_like_with_sizes(x, x.sizes());
   const int64_t numel = x.numel();
   if (numel == 0) {
     return out;
   }
   const int64_t row_length = x.size(-1);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "fused_bias_gelu_cuda", [&] {
-        const scalar_t* x_data = x_contig.const_data_ptr<scalar_t>();
-        const scalar_t* bias_data = bias_contig.const_data_ptr<scalar_t>();
-        scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
-        if (approx == GeluApproximation::kNone) {
-          launch_bias_gelu<scalar_t, GeluApproximation::kNone>(x_data, bias_data, out_data, numel,
-                                                               row_length, stream);
-        } else {
-          launch_bias_gelu<scalar_t, GeluApproximation::kTanh>(x_data, bias_data, out_data, numel,
-                                                               row_length, stream);
-        }
-      });
+  const cudaStream_t stream = current_stream(x.device_index());
+  // The body is parenthesized, not AT_WRAP'd: THO_DISPATCH_V2 hands it through one macro more
+  // than ATen's AT_DISPATCH_V2, and there AT_WRAP no longer keeps its template arguments' commas
+  // from splitting it.
+  THO_DISPATCH_V2(x.scalar_type(), "fused_bias_gelu_cuda", ([&] {
+                    const scalar_t* x_data = x_contig.ref().data_as<scalar_t>();
+                    const scalar_t* bias_data = bias_contig.ref().data_as<scalar_t>();
+                    scalar_t* out_data = out.ref().mutable_data_as<scalar_t>();
+                    if (approx == GeluApproximation::kNone) {
+                      launch_bias_gelu<scalar_t, GeluApproximation::kNone>(
+                          x_data, bias_data, out_data, numel, row_length, stream);
+                    } else {
+                      launch_bias_gelu<scalar_t, GeluApproximation::kTanh>(
+                          x_data, bias_data, out_data, numel, row_length, stream);
+                    }
+                  }),
+                  AT_FLOATING_TYPES, torch::headeronly::ScalarType::Half,
+                  torch::headeronly::ScalarType::BFloat16);
   return out;
 }
 
+}  // namespace cuda
 }  // namespace my_ops

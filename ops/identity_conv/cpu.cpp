@@ -1,23 +1,24 @@
-#include <ATen/core/Tensor.h>
-#include <torch/library.h>
+#include <torch/csrc/stable/ops.h>
 
 #include "ops/identity_conv/identity_conv.h"
 
 namespace my_ops {
 
-// The kernels registered at the CPU key, which the C shims also call directly
-// (tools/torch/c_shim_call.h): each is named after its op and has its schema's signature.
+// The CPU kernels, which the library's generated code registers at the CPU key and its C shims
+// call (tools/torch/c_shims.py): each is named after its op, with its schema's arguments.
 namespace cpu {
 
-at::Tensor identity_conv_op(const at::Tensor& x) {
+OwnedTensor identity_conv_op(TensorRef x) {
   check_identity_conv_args(x);
   // ATen's copy kernel is already vectorized and parallel for every stride pattern, and a
   // hand-written loop could not beat a plain memcpy-bound copy.
-  return x.clone(at::MemoryFormat::Contiguous);
+  OwnedTensor out = empty_like_with_sizes(x, x.sizes());
+  if (out.ref().numel() != 0) {
+    torch::stable::Tensor dst = out.ref().to_stable();
+    torch::stable::copy_(dst, x.to_stable());
+  }
+  return out;
 }
 
 }  // namespace cpu
-
-TORCH_LIBRARY_IMPL(my_ops, CPU, m) { m.impl("identity_conv_op", &cpu::identity_conv_op); }
-
 }  // namespace my_ops

@@ -1,10 +1,6 @@
-#include <ATen/Dispatch.h>
-#include <ATen/core/TensorBase.h>
-#include <ATen/cuda/EmptyTensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <c10/util/SmallVector.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/headeronly/core/Dispatch_v2.h>
 
 #include <cstdint>
 #include <limits>
@@ -45,23 +41,36 @@ struct MergedDim {
   int64_t stride;
 };
 
+// The merged layout, outermost dim first, held inline: the op's path allocates nothing for it.
+struct MergedDims {
+  // kMaxDims + 1 for a layout of more merged dims than the kernel takes (dims then incomplete).
+  int count = 0;
+  MergedDim dims[kMaxDims];
+};
+
 // Merges dims that are contiguous with each other, so a strided tensor is walked with as few
 // div/mod steps per element as its layout allows: size-1 dims are dropped, and a dim merges into
 // the one outside it when stride[outer] == stride[inner] * size[inner]. A contiguous tensor (at
 // any storage offset) comes out as one dim of stride 1; a tensor of one element as no dims.
-c10::SmallVector<MergedDim, kMaxDims> merge_dims(const at::TensorBase& x) {
-  c10::SmallVector<MergedDim, kMaxDims> merged;
-  for (int64_t d = 0; d < x.dim(); ++d) {
-    const int64_t size = x.size(d);
-    const int64_t stride = x.stride(d);
+MergedDims merge_dims(TensorRef x) {
+  MergedDims merged;
+  const IntArrayRef sizes = x.sizes();
+  const IntArrayRef strides = x.strides();
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const int64_t size = sizes[d];
+    const int64_t stride = strides[d];
     if (size == 1) {
       continue;
     }
-    if (!merged.empty() && merged.back().stride == stride * size) {
-      merged.back().size *= size;
-      merged.back().stride = stride;
+    if (merged.count > 0 && merged.dims[merged.count - 1].stride == stride * size) {
+      merged.dims[merged.count - 1].size *= size;
+      merged.dims[merged.count - 1].stride = stride;
+    } else if (merged.count == kMaxDims) {
+      // Merging never removes a dim, so the layout stays too large for the kernel.
+      merged.count = kMaxDims + 1;
+      return merged;
     } else {
-      merged.push_back({size, stride});
+      merged.dims[merged.count++] = {size, stride};
     }
   }
   return merged;
@@ -128,68 +137,78 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <typename scalar_t, typename index_t>
-void launch_strided_to_contiguous(const scalar_t* src, scalar_t* dst,
-                                  const c10::SmallVector<MergedDim, kMaxDims>& merged,
+void launch_strided_to_contiguous(const scalar_t* src, scalar_t* dst, const MergedDims& merged,
                                   int64_t numel, cudaStream_t stream) {
   StridedLayout<index_t> layout{};
-  layout.ndim = static_cast<int>(merged.size());
+  layout.ndim = merged.count;
   for (int d = 0; d < layout.ndim; ++d) {
-    const MergedDim& dim = merged[merged.size() - 1 - d];
+    const MergedDim& dim = merged.dims[merged.count - 1 - d];
     layout.sizes[d] = static_cast<index_t>(dim.size);
     layout.strides[d] = static_cast<index_t>(dim.stride);
   }
   strided_to_contiguous_kernel<scalar_t, index_t>
       <<<num_blocks_for(numel, kElementsPerBlock), kThreads, 0, stream>>>(src, dst, layout, numel);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch();
 }
 
 }  // namespace
 
-at::TensorBase identity_conv_cuda(const at::TensorBase& x) {
+// The CUDA kernels, which the library's generated code registers at the CUDA key and its C shims
+// call (tools/torch/c_shims.py): each is named after its op, with its schema's arguments.
+namespace cuda {
+
+OwnedTensor identity_conv_op(TensorRef x) {
   check_identity_conv_args(x);
-  const c10::cuda::CUDAGuard device_guard(x.device());
+  const DeviceGuard device_guard(x.device_index());
   const int64_t numel = x.numel();
   if (numel == 0) {
-    return at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(),
-                                  at::MemoryFormat::Contiguous);
+    return empty_like_with_sizes(x, x.sizes());
   }
-  const c10::SmallVector<MergedDim, kMaxDims> merged = merge_dims(x);
-  if (merged.size() > static_cast<size_t>(kMaxDims)) {
+  const MergedDims merged = merge_dims(x);
+  OwnedTensor out = empty_like_with_sizes(x, x.sizes());
+  if (merged.count > kMaxDims) {
     // More non-mergeable dims than the kernel's parameters hold: ATen's CUDA copy handles any
-    // count (it splits the work itself) and is capturable too. No real model gets here. x is
-    // not contiguous here (a contiguous tensor merges into one dim), so this is always a copy.
-    return x.contiguous();
+    // count (it splits the work itself) and is capturable too. No real model gets here.
+    torch::stable::Tensor dst = out.ref().to_stable();
+    torch::stable::copy_(dst, x.to_stable());
+    return out;
   }
-  at::TensorBase out =
-      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  if (merged.empty() || (merged.size() == 1 && merged[0].stride == 1)) {
+  const cudaStream_t stream = current_stream(x.device_index());
+  if (merged.count == 0 || (merged.count == 1 && merged.dims[0].stride == 1)) {
     // The elements are one dense run (from the storage offset on): a device-to-device copy moves
     // them at full bandwidth, and is as capturable as a kernel.
-    C10_CUDA_CHECK(cudaMemcpyAsync(out.mutable_data_ptr(), x.const_data_ptr(),
-                                   static_cast<size_t>(numel) * x.element_size(),
-                                   cudaMemcpyDeviceToDevice, stream));
+    const size_t element_size =
+        aoti_torch_dtype_element_size(static_cast<int32_t>(x.scalar_type()));
+    check_cuda(cudaMemcpyAsync(out.ref().data_ptr(), x.data_ptr(),
+                               static_cast<size_t>(numel) * element_size, cudaMemcpyDeviceToDevice,
+                               stream));
     return out;
   }
   // Strides are never negative, so the largest source offset is the sum of (size - 1) * stride.
   int64_t max_offset = 0;
-  for (const MergedDim& dim : merged) {
-    max_offset += (dim.size - 1) * dim.stride;
+  for (int d = 0; d < merged.count; ++d) {
+    max_offset += (merged.dims[d].size - 1) * merged.dims[d].stride;
   }
   // torch's own bound for 32-bit indexing (can_use_32bit_indexing): int32, not uint32.
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   const bool use_32_bit_index = numel <= kInt32Max && max_offset <= kInt32Max;
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "identity_conv_cuda", [&] {
-        const scalar_t* src = x.const_data_ptr<scalar_t>();
-        scalar_t* dst = out.mutable_data_ptr<scalar_t>();
+  // The body is parenthesized, not AT_WRAP'd: THO_DISPATCH_V2 hands it through one macro more
+  // than ATen's AT_DISPATCH_V2, and there AT_WRAP no longer keeps its template arguments' commas
+  // from splitting it.
+  THO_DISPATCH_V2(
+      x.scalar_type(), "identity_conv_cuda", ([&] {
+        const scalar_t* src = x.data_as<scalar_t>();
+        scalar_t* dst = out.ref().mutable_data_as<scalar_t>();
         if (use_32_bit_index) {
           launch_strided_to_contiguous<scalar_t, uint32_t>(src, dst, merged, numel, stream);
         } else {
           launch_strided_to_contiguous<scalar_t, uint64_t>(src, dst, merged, numel, stream);
         }
-      });
+      }),
+      AT_FLOATING_TYPES, torch::headeronly::ScalarType::Half,
+      torch::headeronly::ScalarType::BFloat16);
   return out;
 }
 
+}  // namespace cuda
 }  // namespace my_ops

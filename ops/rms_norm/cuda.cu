@@ -1,13 +1,9 @@
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <ATen/core/TensorBase.h>
-#include <ATen/cuda/EmptyTensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <torch/headeronly/core/Dispatch_v2.h>
 
 #include <tuple>
+#include <utility>
 
+#include "ops/common/acc_type.h"
 #include "ops/common/block_reduce.cuh"
 #include "ops/common/launch.cuh"
 #include "ops/common/math.cuh"
@@ -32,8 +28,8 @@ __global__ void __launch_bounds__(kThreads)
     rms_norm_kernel(const scalar_t* __restrict__ x, const scalar_t* __restrict__ residual,
                     const scalar_t* __restrict__ weight, scalar_t* __restrict__ out,
                     scalar_t* __restrict__ sum_out, int64_t rows, int64_t row_length,
-                    at::opmath_type<scalar_t> eps) {
-  using acc_t = at::opmath_type<scalar_t>;
+                    acc_type<scalar_t> eps) {
+  using acc_t = acc_type<scalar_t>;
   constexpr int kPackSize = kWidestPack<scalar_t>;
   using PackT = Pack<scalar_t, kPackSize>;
 
@@ -124,58 +120,61 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// `residual` and `sum_out` are undefined tensors when kHasResidual is false.
+// `residual` and `sum_out` are null handles when kHasResidual is false. `x`, `residual` and
+// `weight` are contiguous; `out` and `sum_out` new contiguous tensors.
 template <bool kHasResidual>
-void launch_rms_norm(const at::TensorBase& x, const at::TensorBase& residual,
-                     const at::TensorBase& weight, double eps, at::TensorBase& out,
-                     at::TensorBase& sum_out) {
+void launch_rms_norm(TensorRef x, TensorRef residual, TensorRef weight, double eps, TensorRef out,
+                     TensorRef sum_out) {
   const int64_t row_length = x.size(-1);
   const int64_t rows = x.numel() / row_length;
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "rms_norm_cuda", [&] {
-        using acc_t = at::opmath_type<scalar_t>;
-        rms_norm_kernel<scalar_t, kHasResidual>
-            <<<num_blocks_for(rows, /*items_per_block=*/1), kThreads, 0, stream>>>(
-                x.const_data_ptr<scalar_t>(),
-                kHasResidual ? residual.const_data_ptr<scalar_t>() : nullptr,
-                weight.const_data_ptr<scalar_t>(), out.mutable_data_ptr<scalar_t>(),
-                kHasResidual ? sum_out.mutable_data_ptr<scalar_t>() : nullptr, rows, row_length,
-                static_cast<acc_t>(eps));
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
+  const cudaStream_t stream = current_stream(x.device_index());
+  // The body is parenthesized, not AT_WRAP'd: THO_DISPATCH_V2 hands it through one macro more
+  // than ATen's AT_DISPATCH_V2, and there AT_WRAP no longer keeps its template arguments' commas
+  // from splitting it.
+  THO_DISPATCH_V2(x.scalar_type(), "rms_norm_cuda", ([&] {
+                    using acc_t = acc_type<scalar_t>;
+                    rms_norm_kernel<scalar_t, kHasResidual>
+                        <<<num_blocks_for(rows, /*items_per_block=*/1), kThreads, 0, stream>>>(
+                            x.data_as<scalar_t>(),
+                            kHasResidual ? residual.data_as<scalar_t>() : nullptr,
+                            weight.data_as<scalar_t>(), out.mutable_data_as<scalar_t>(),
+                            kHasResidual ? sum_out.mutable_data_as<scalar_t>() : nullptr, rows,
+                            row_length, static_cast<acc_t>(eps));
+                    check_kernel_launch();
+                  }),
+                  AT_FLOATING_TYPES, torch::headeronly::ScalarType::Half,
+                  torch::headeronly::ScalarType::BFloat16);
 }
 
 }  // namespace
 
-at::TensorBase rms_norm_cuda(const at::TensorBase& x, const at::TensorBase& weight, double eps) {
+// The CUDA kernels, which the library's generated code registers at the CUDA key and its C shims
+// call (tools/torch/c_shims.py): each is named after its op, with its schema's arguments.
+namespace cuda {
+
+OwnedTensor rms_norm(TensorRef x, TensorRef weight, double eps) {
   check_rms_norm_args(x, weight, eps);
-  const c10::cuda::CUDAGuard device_guard(x.device());
-  at::TensorBase out =
-      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
-  at::TensorBase no_sum;
+  const DeviceGuard device_guard(x.device_index());
+  OwnedTensor out = empty_like_with_sizes(x, x.sizes());
   if (x.numel() != 0) {
-    launch_rms_norm</*kHasResidual=*/false>(x.contiguous(), at::TensorBase(), weight.contiguous(),
-                                            eps, out, no_sum);
+    launch_rms_norm</*kHasResidual=*/false>(ContiguousAs(x), TensorRef(nullptr),
+                                            ContiguousAs(weight), eps, out, TensorRef(nullptr));
   }
   return out;
 }
 
-std::tuple<at::TensorBase, at::TensorBase> fused_add_rms_norm_cuda(const at::TensorBase& x,
-                                                                   const at::TensorBase& residual,
-                                                                   const at::TensorBase& weight,
-                                                                   double eps) {
+std::tuple<OwnedTensor, OwnedTensor> fused_add_rms_norm(TensorRef x, TensorRef residual,
+                                                        TensorRef weight, double eps) {
   check_fused_add_rms_norm_args(x, residual, weight, eps);
-  const c10::cuda::CUDAGuard device_guard(x.device());
-  at::TensorBase out =
-      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
-  at::TensorBase sum_out =
-      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
+  const DeviceGuard device_guard(x.device_index());
+  OwnedTensor out = empty_like_with_sizes(x, x.sizes());
+  OwnedTensor sum_out = empty_like_with_sizes(x, x.sizes());
   if (x.numel() != 0) {
-    launch_rms_norm</*kHasResidual=*/true>(x.contiguous(), residual.contiguous(),
-                                           weight.contiguous(), eps, out, sum_out);
+    launch_rms_norm</*kHasResidual=*/true>(ContiguousAs(x), ContiguousAs(residual),
+                                           ContiguousAs(weight), eps, out, sum_out);
   }
-  return {out, sum_out};
+  return {std::move(out), std::move(sum_out)};
 }
 
+}  // namespace cuda
 }  // namespace my_ops

@@ -1,9 +1,5 @@
 #pragma once
 
-#include <ATen/core/TensorBase.h>
-
-#include <tuple>
-
 #include "ops/common/checks.h"
 
 namespace my_ops {
@@ -11,27 +7,20 @@ namespace my_ops {
 // The RMS norm family: rms_norm and fused_add_rms_norm share one kernel per backend, with the
 // residual add compiled in or out.
 
-inline void check_rms_norm_args(const at::TensorBase& x, const at::TensorBase& weight, double eps) {
-  constexpr c10::string_view kOp = "rms_norm";
+inline void check_rms_norm_args(TensorRef x, TensorRef weight, double eps) {
+  constexpr std::string_view kOp = "rms_norm";
   check_primary_input(kOp, "x", x);
   check_last_dim_vector(kOp, "weight", weight, "x", x);
   check_non_negative(kOp, "eps", eps);
 }
 
-inline void check_fused_add_rms_norm_args(const at::TensorBase& x, const at::TensorBase& residual,
-                                          const at::TensorBase& weight, double eps) {
-  constexpr c10::string_view kOp = "fused_add_rms_norm";
+inline void check_fused_add_rms_norm_args(TensorRef x, TensorRef residual, TensorRef weight,
+                                          double eps) {
+  constexpr std::string_view kOp = "fused_add_rms_norm";
   check_primary_input(kOp, "x", x);
   check_same_shape(kOp, "residual", residual, "x", x);
   check_last_dim_vector(kOp, "weight", weight, "x", x);
   check_non_negative(kOp, "eps", eps);
 }
-
-// The CUDA kernels (cuda.cu), registered in ops/registration.cpp.
-at::TensorBase rms_norm_cuda(const at::TensorBase& x, const at::TensorBase& weight, double eps);
-std::tuple<at::TensorBase, at::TensorBase> fused_add_rms_norm_cuda(const at::TensorBase& x,
-                                                                   const at::TensorBase& residual,
-                                                                   const at::TensorBase& weight,
-                                                                   double eps);
 
 }  // namespace my_ops

@@ -1,11 +1,6 @@
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <ATen/core/TensorBase.h>
-#include <ATen/cuda/EmptyTensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <torch/headeronly/core/Dispatch_v2.h>
 
+#include "ops/common/acc_type.h"
 #include "ops/common/launch.cuh"
 #include "ops/common/pack.cuh"
 #include "ops/rotary_embedding/rotary_embedding.h"
@@ -18,7 +13,7 @@ namespace {
 template <typename scalar_t>
 __device__ __forceinline__ void rotate(scalar_t a_in, scalar_t b_in, scalar_t c_in, scalar_t s_in,
                                        scalar_t& a_out, scalar_t& b_out) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   const acc_t a = static_cast<acc_t>(a_in);
   const acc_t b = static_cast<acc_t>(b_in);
   const acc_t c = static_cast<acc_t>(c_in);
@@ -123,34 +118,37 @@ void launch_rotary(const scalar_t* x, const scalar_t* cos, const scalar_t* sin, 
     rotary_half_split_pair_kernel<scalar_t><<<num_blocks_for(num_pairs), kThreads, 0, stream>>>(
         x, cos, sin, out, num_pairs, shape.half, shape.heads, shape.seq);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch();
 }
 
 }  // namespace
 
-at::TensorBase rotary_embedding_cuda(const at::TensorBase& x, const at::TensorBase& cos,
-                                     const at::TensorBase& sin, bool interleaved) {
+// The CUDA kernels, which the library's generated code registers at the CUDA key and its C shims
+// call (tools/torch/c_shims.py): each is named after its op, with its schema's arguments.
+namespace cuda {
+
+OwnedTensor rotary_embedding(TensorRef x, TensorRef cos, TensorRef sin, bool interleaved) {
   const RotaryShape shape = check_rotary_embedding_args(x, cos, sin);
-  const c10::cuda::CUDAGuard device_guard(x.device());
-  const at::TensorBase x_contig = x.contiguous();
-  const at::TensorBase cos_contig = cos.contiguous();
-  const at::TensorBase sin_contig = sin.contiguous();
-  at::TensorBase out =
-      at::detail::empty_cuda(x.sizes(), x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
+  const DeviceGuard device_guard(x.device_index());
+  const ContiguousAs x_contig(x);
+  const ContiguousAs cos_contig(cos);
+  const ContiguousAs sin_contig(sin);
+  OwnedTensor out = empty_like_with_sizes(x, x.sizes());
   const int64_t num_pairs = x.numel() / 2;
   if (num_pairs == 0) {
     return out;
   }
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(),
-                                  "rotary_embedding_cuda", [&] {
-                                    launch_rotary<scalar_t>(x_contig.const_data_ptr<scalar_t>(),
-                                                            cos_contig.const_data_ptr<scalar_t>(),
-                                                            sin_contig.const_data_ptr<scalar_t>(),
-                                                            out.mutable_data_ptr<scalar_t>(),
-                                                            num_pairs, shape, interleaved, stream);
-                                  });
+  const cudaStream_t stream = current_stream(x.device_index());
+  THO_DISPATCH_V2(x.scalar_type(), "rotary_embedding_cuda", AT_WRAP([&] {
+                    launch_rotary<scalar_t>(
+                        x_contig.ref().data_as<scalar_t>(), cos_contig.ref().data_as<scalar_t>(),
+                        sin_contig.ref().data_as<scalar_t>(), out.ref().mutable_data_as<scalar_t>(),
+                        num_pairs, shape, interleaved, stream);
+                  }),
+                  AT_FLOATING_TYPES, torch::headeronly::ScalarType::Half,
+                  torch::headeronly::ScalarType::BFloat16);
   return out;
 }
 
+}  // namespace cuda
 }  // namespace my_ops

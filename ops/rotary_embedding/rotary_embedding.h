@@ -1,9 +1,5 @@
 #pragma once
 
-#include <ATen/core/TensorBase.h>
-#include <c10/util/Exception.h>
-#include <c10/util/string_view.h>
-
 #include "ops/common/checks.h"
 
 namespace my_ops {
@@ -24,31 +20,26 @@ struct RotaryShape {
 };
 
 // A cos or sin table: one row per position of x's seq dim, one column per pair.
-inline void check_rotary_table(c10::string_view op, c10::string_view name, const at::TensorBase& t,
-                               const at::TensorBase& x) {
+inline void check_rotary_table(std::string_view op, std::string_view name, TensorRef t,
+                               TensorRef x) {
   check_same_device_and_dtype(op, name, t, "x", x);
-  TORCH_CHECK(t.dim() == 2, op, ": expected ", name, " to be 2-D [seq, head_dim / 2], got ",
-              t.dim(), "-D with shape ", t.sizes());
+  MY_OPS_CHECK(t.dim() == 2, op, ": expected ", name, " to be 2-D [seq, head_dim / 2], got ",
+               t.dim(), "-D with shape ", detail::Shape{t.sizes()});
   const int64_t seq = x.size(-3);
   const int64_t half = x.size(-1) / 2;
-  TORCH_CHECK(t.size(0) == seq && t.size(1) == half, op, ": expected ", name, " to have shape [",
-              seq, ", ", half, "] (x's seq dim, head_dim / 2), got ", t.sizes());
+  MY_OPS_CHECK(t.size(0) == seq && t.size(1) == half, op, ": expected ", name, " to have shape [",
+               seq, ", ", half, "] (x's seq dim, head_dim / 2), got ", detail::Shape{t.sizes()});
 }
 
-inline RotaryShape check_rotary_embedding_args(const at::TensorBase& x, const at::TensorBase& cos,
-                                               const at::TensorBase& sin) {
-  constexpr c10::string_view kOp = "rotary_embedding";
+inline RotaryShape check_rotary_embedding_args(TensorRef x, TensorRef cos, TensorRef sin) {
+  constexpr std::string_view kOp = "rotary_embedding";
   check_primary_input(kOp, "x", x);
-  TORCH_CHECK(x.dim() >= 3, kOp, ": expected x to have at least 3 dimensions, got ", x.dim());
-  TORCH_CHECK(x.size(-1) % 2 == 0, kOp,
-              ": expected x to have a last dimension divisible by 2, got ", x.size(-1));
+  MY_OPS_CHECK(x.dim() >= 3, kOp, ": expected x to have at least 3 dimensions, got ", x.dim());
+  MY_OPS_CHECK(x.size(-1) % 2 == 0, kOp,
+               ": expected x to have a last dimension divisible by 2, got ", x.size(-1));
   check_rotary_table(kOp, "cos", cos, x);
   check_rotary_table(kOp, "sin", sin, x);
   return {x.size(-3), x.size(-2), x.size(-1) / 2};
 }
-
-// The CUDA kernels (cuda.cu), registered in ops/registration.cpp.
-at::TensorBase rotary_embedding_cuda(const at::TensorBase& x, const at::TensorBase& cos,
-                                     const at::TensorBase& sin, bool interleaved);
 
 }  // namespace my_ops

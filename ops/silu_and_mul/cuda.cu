@@ -1,11 +1,6 @@
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
-#include <ATen/core/TensorBase.h>
-#include <ATen/cuda/EmptyTensor.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include <torch/headeronly/core/Dispatch_v2.h>
 
+#include "ops/common/acc_type.h"
 #include "ops/common/launch.cuh"
 #include "ops/common/pack.cuh"
 #include "ops/silu_and_mul/silu_and_mul.h"
@@ -19,7 +14,7 @@ __device__ __forceinline__ double exp_of(double v) { return exp(v); }
 
 template <typename scalar_t>
 __device__ __forceinline__ scalar_t silu_mul(scalar_t a_in, scalar_t b_in) {
-  using acc_t = at::opmath_type<scalar_t>;
+  using acc_t = acc_type<scalar_t>;
   // silu(a) stays in acc_t until the product is rounded once.
   const acc_t a = static_cast<acc_t>(a_in);
   return static_cast<scalar_t>(a / (acc_t(1) + exp_of(-a)) * static_cast<acc_t>(b_in));
@@ -101,30 +96,35 @@ void launch_silu_and_mul(const scalar_t* x, scalar_t* out, int64_t numel_out, in
         <<<num_blocks_for(rows, /*items_per_block=*/kThreads / kWarpSize), kThreads, 0, stream>>>(
             x, out, rows, d);
   }
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  check_kernel_launch();
 }
 
 }  // namespace
 
-at::TensorBase silu_and_mul_cuda(const at::TensorBase& x) {
-  const c10::DimVector out_sizes = check_silu_and_mul_args(x);
-  const c10::cuda::CUDAGuard device_guard(x.device());
-  const at::TensorBase x_contig = x.contiguous();
-  at::TensorBase out =
-      at::detail::empty_cuda(out_sizes, x.scalar_type(), x.device(), at::MemoryFormat::Contiguous);
-  const int64_t numel_out = out.numel();
+// The CUDA kernels, which the library's generated code registers at the CUDA key and its C shims
+// call (tools/torch/c_shims.py): each is named after its op, with its schema's arguments.
+namespace cuda {
+
+OwnedTensor silu_and_mul(TensorRef x) {
+  const Sizes out_sizes = check_silu_and_mul_args(x);
+  const DeviceGuard device_guard(x.device_index());
+  const ContiguousAs x_contig(x);
+  OwnedTensor out = empty_like_with_sizes(x, out_sizes);
+  const int64_t numel_out = out.ref().numel();
   if (numel_out == 0) {
     return out;
   }
-  const int64_t d = out.size(-1);
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  AT_DISPATCH_FLOATING_TYPES_AND2(
-      at::ScalarType::Half, at::ScalarType::BFloat16, x.scalar_type(), "silu_and_mul_cuda", [&] {
-        const scalar_t* x_data = x_contig.const_data_ptr<scalar_t>();
-        scalar_t* out_data = out.mutable_data_ptr<scalar_t>();
-        launch_silu_and_mul<scalar_t>(x_data, out_data, numel_out, d, stream);
-      });
+  const int64_t d = out.ref().size(-1);
+  const cudaStream_t stream = current_stream(x.device_index());
+  THO_DISPATCH_V2(x.scalar_type(), "silu_and_mul_cuda", AT_WRAP([&] {
+                    const scalar_t* x_data = x_contig.ref().data_as<scalar_t>();
+                    scalar_t* out_data = out.ref().mutable_data_as<scalar_t>();
+                    launch_silu_and_mul<scalar_t>(x_data, out_data, numel_out, d, stream);
+                  }),
+                  AT_FLOATING_TYPES, torch::headeronly::ScalarType::Half,
+                  torch::headeronly::ScalarType::BFloat16);
   return out;
 }
 
+}  // namespace cuda
 }  // namespace my_ops

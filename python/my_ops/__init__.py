@@ -19,8 +19,10 @@ import torch
 from . import _library, nn, ops
 from ._library import (
     ENV_VAR,
+    CompanionUnavailableError,
     LibraryNotFoundError,
     candidate_paths,
+    companion_path,
     is_loaded,
     load_library,
     loaded_path,
@@ -32,9 +34,11 @@ globals().update(OP_WRAPPERS)
 
 __all__ = [
     "ENV_VAR",
+    "CompanionUnavailableError",
     "LibraryNotFoundError",
     "RMSNorm",
     "candidate_paths",
+    "companion_path",
     "is_loaded",
     "load_library",
     "loaded_path",
@@ -57,7 +61,8 @@ def _register_python_side() -> None:
     if _python_side_registered:
         return
     ops.register_all(_register_fake)
-    torch._library.register_fake_class("my_ops::RMSNorm")(nn.FakeRMSNorm)
+    if _library.companion_path() is not None:  # The class is the companion's.
+        torch._library.register_fake_class("my_ops::RMSNorm")(nn.FakeRMSNorm)
     _python_side_registered = True
 
 

@@ -14,12 +14,21 @@ Whoever loads the library (this module, ``torch.ops.load_library`` or ``ctypes``
 first call here that finds the ``my_ops`` operators registered adopts them and runs the
 post-load hooks once, so the fakes and autograd formulas are never missing. A second
 copy of the library is never opened: its TORCH_LIBRARY block would abort the process.
+
+``libmy_ops.so`` is built on LibTorch's stable ABI and runs under every torch from 2.13 on.
+Its companion, ``libmy_ops_torch<release>.so`` beside it, holds what that ABI cannot express
+(the ``RMSNorm`` TorchBind class and the C++ autograd entries) and is built for one torch
+release, which its name gives: it is loaded after the library when that is the running
+torch's release. Without it the ops work (their autograd formulas are Python's) and using
+the class raises :class:`CompanionUnavailableError`, naming the torch it needs.
 """
 
 from __future__ import annotations
 
 import ctypes
+import glob
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -36,10 +45,92 @@ PACKAGED_LIBRARY = os.path.join("lib", LIBRARY_NAME)
 # Any schema from the TORCH_LIBRARY block: they are all registered together.
 _PROBE_OP = "identity_conv_op"
 
+COMPANION_PREFIX = "libmy_ops_torch"
+
 _lock = threading.RLock()
 _loaded = False
 _loaded_path: str | None = None
+_companion_path: str | None = None
 _post_load_hooks: list = []
+
+
+class CompanionUnavailableError(RuntimeError):
+    """Raised on using what only the companion library provides (the RMSNorm class) when it
+    is not loaded: it is built for another torch release, or missing."""
+
+
+def torch_release(version: str | None = None) -> str:
+    """``major.minor.patch`` of a torch version (default: the running torch's)."""
+    version = torch.__version__ if version is None else version
+    match = re.match(r"\d+\.\d+\.\d+", version)
+    return match.group(0) if match else version
+
+
+def companion_name(release: str | None = None) -> str:
+    """The companion's file name for a torch release (default: the running torch's)."""
+    return f"{COMPANION_PREFIX}{torch_release(release)}.so"
+
+
+def _companion_folders(library: str | None) -> list[str]:
+    """Where a companion is looked for: beside ``library``, then the package's own places."""
+    folders = [os.path.dirname(library)] if library else []
+    folders += [os.path.dirname(p) for p in candidate_paths() if os.path.dirname(p)]
+    return list(dict.fromkeys(folders))
+
+
+def _load_companion(library: str) -> None:
+    """Loads the companion built for the running torch, if there is one: beside ``library``,
+    or else where this package would look for the library itself (a library loaded by hand
+    from a folder of its own still gets the package's companion)."""
+    global _companion_path
+    if _companion_path is not None:
+        return
+    found = next(
+        (
+            c
+            for c in (os.path.join(f, companion_name()) for f in _companion_folders(library))
+            if os.path.isfile(c)
+        ),
+        None,
+    )
+    if _class_registered():
+        # Loaded by another loader: a second copy would register the class again.
+        _companion_path = os.path.realpath(found) if found else "(loaded by another loader)"
+    elif found is not None:
+        torch.ops.load_library(found)
+        _companion_path = os.path.realpath(found)
+
+
+def _class_registered() -> bool:
+    try:
+        torch.classes.my_ops.RMSNorm  # noqa: B018 (raises when the class is not registered)
+    except RuntimeError:
+        return False
+    return True
+
+
+def companion_path() -> str | None:
+    """The companion library loaded with the ops, or None."""
+    with _lock:
+        return _companion_path
+
+
+def require_companion(what: str) -> None:
+    """Raise :class:`CompanionUnavailableError`, in one line, unless the companion is loaded."""
+    ensure_loaded()
+    if _companion_path is not None:
+        return
+    built = sorted(
+        {
+            torch_release(os.path.basename(p)[len(COMPANION_PREFIX) : -len(".so")])
+            for folder in _companion_folders(_loaded_path)
+            for p in glob.glob(os.path.join(glob.escape(folder), COMPANION_PREFIX + "*.so"))
+        }
+    )
+    needs = f"torch {' or '.join(built)}" if built else f"its companion library, {companion_name()}"
+    raise CompanionUnavailableError(
+        f"my_ops: {what} needs {needs}; this is torch {torch.__version__} (the ops work without it)"
+    )
 
 
 class LibraryNotFoundError(ImportError):
@@ -147,6 +238,7 @@ def _mark_loaded(path: str | None) -> None:
     _loaded, _loaded_path = True, path
     if path is not None:
         _make_global(path)
+        _load_companion(path)
     for hook in _post_load_hooks:
         hook()
 
@@ -166,6 +258,7 @@ def _do_load(path: str) -> str:
             # Registered by a file this module could not name until now.
             _loaded_path = real
             _make_global(real)
+            _load_companion(real)
         if _loaded_path == real:
             return real
         source = repr(_loaded_path) if _loaded_path else "a library that cannot be identified"

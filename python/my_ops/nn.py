@@ -20,6 +20,8 @@ class RMSNorm(torch.nn.Module):
     The module owns a TorchBind object (attribute ``rms_norm``), so ``torch.export`` records
     it as a custom object and calls it through ``call_torchbind``. The object holds the
     weight; this module is meant for inference (gradients do not flow into the weight).
+    The class is in the companion library, built for one torch release: under another,
+    constructing the module raises :class:`my_ops.CompanionUnavailableError`.
 
     Args:
         weight_or_hidden_size: a 1-D weight tensor, or an int ``hidden_size`` (weight of ones).
@@ -29,7 +31,7 @@ class RMSNorm(torch.nn.Module):
 
     def __init__(self, weight_or_hidden_size: torch.Tensor | int, eps: float | None = None):
         super().__init__()
-        _library.ensure_loaded()
+        _library.require_companion("my_ops.nn.RMSNorm")
         if eps is None:
             eps = rms_norm.SPEC.schema_default("eps")
         if isinstance(weight_or_hidden_size, torch.Tensor):

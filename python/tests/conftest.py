@@ -30,6 +30,16 @@ def pytest_configure(config):
     problem = devices_problem()
     if problem:
         raise pytest.UsageError(problem)
+    # A run meant for one torch release (the op suites under the oldest supported one) that
+    # found another would pass without testing what it is for.
+    expected = os.environ.get("MY_OPS_EXPECTED_TORCH")
+    if expected:
+        import torch
+
+        if torch.__version__.split("+")[0] != expected:
+            raise pytest.UsageError(
+                f"MY_OPS_EXPECTED_TORCH={expected}, but this is torch {torch.__version__}"
+            )
 
 
 def pytest_report_header(config):
@@ -41,6 +51,7 @@ def pytest_report_header(config):
     asked = os.environ.get(DEVICES_VARIABLE)
     return [
         f"my_ops library: {my_ops.loaded_path()}",
+        f"companion: {my_ops.companion_path()}",
         f"torch {torch.__version__}, cuda available: {torch.cuda.is_available()}",
         f"devices under test: {', '.join(DEVICES)} "
         + (f"({DEVICES_VARIABLE}={asked})" if asked is not None else "(what this machine has)"),

@@ -11,7 +11,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, settings
 
-import my_ops  # noqa: F401  (loads libmy_ops.so)
+import my_ops  # (loads libmy_ops.so)
 from my_ops.ops._spec import DEFAULT_TOLERANCES
 
 DEVICES_VARIABLE = "MY_OPS_TEST_DEVICES"
@@ -30,6 +30,11 @@ def _devices_under_test() -> list[str]:
 
 
 DEVICES = _devices_under_test()
+
+# Whether the companion library (the RMSNorm class) is loaded: under the torch release it is
+# built for. test_companion.py checks that it is exactly then; the other suites leave the class
+# out of their cases without it.
+HAS_COMPANION = my_ops.companion_path() is not None
 
 
 def _why_no_cuda() -> str:

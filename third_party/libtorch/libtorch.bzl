@@ -67,6 +67,20 @@ cc_import(
     system_provided = True,
 )
 
+# cudart linked statically, for code that must also load where no CUDA is
+# installed: the op library's CUDA part (its library loads under a CPU-only
+# torch). The driver, libcuda.so, is opened by cudart at run time.
+cc_import(
+    name = "libcudart_static",
+    static_library = _NVIDIA + "/cu13/lib/libcudart_static.a",
+)
+
+cc_library(
+    name = "cudart_static",
+    linkopts = ["-ldl", "-lrt", "-lpthread"],
+    deps = [":cuda_headers", ":libcudart_static"],
+)
+
 cc_library(
     name = "cuda_headers",
     hdrs = glob([_NVIDIA + "/cu13/include/**"]),

@@ -29,7 +29,10 @@ FLAG_LISTS = (
     "TORCH_NVCC_COPTS",
     "TORCH_OP_LIBRARY_CUDA_COPTS",
     "TORCH_OP_LIBRARY_LINKOPTS",
+    "TORCH_STABLE_COPTS",
 )
+# torch_op_library's units with ATen's vector math, compiled without the stable-ABI flags.
+VEC_SOURCE = "cpu_vec.cpp"
 # Where the search looks after nvcc on PATH (/usr/local/cuda); tests point it elsewhere.
 DEFAULT_ROOT_VAR = "GPU_CHECK_DEFAULT_CUDA_ROOT"
 
@@ -62,7 +65,7 @@ def read_build_inputs(root: Path = ROOT) -> dict:
         inputs = json.loads(path.read_text())
     except (OSError, ValueError) as e:
         raise RuntimeError(f"{BUILD_INPUTS}: unreadable ({e})") from e
-    parts, kinds = ("op_library", "loader"), ("cpp", "cu", "generated")
+    parts, kinds = ("op_library", "companion", "loader"), ("cpp", "cu", "generated")
     shaped = isinstance(inputs, dict) and _string_lists(inputs.get("flags"), FLAG_LISTS)
     if not shaped or not all(_string_lists(inputs.get(p), kinds) for p in parts):
         raise RuntimeError(
@@ -70,7 +73,7 @@ def read_build_inputs(root: Path = ROOT) -> dict:
             "tools/bazel run //tools/gpu_check:update_build_inputs rewrites it"
         )
     generated = {p: inputs[p]["generated"] for p in parts}
-    expected = {"op_library": [C_SHIMS], "loader": [CONTRACT_HEADER]}
+    expected = {"op_library": [C_SHIMS], "companion": [], "loader": [CONTRACT_HEADER]}
     if generated != expected:
         raise RuntimeError(
             f"{BUILD_INPUTS}: generated files {generated}, expected {expected}: "
@@ -245,9 +248,17 @@ class BuildPlan:
     link: list[str]
     contract: list[str]  # writes the header the loader includes
     loader: list[str]
+    companion: list[str]  # the op library's companion, for this machine's torch release
 
     def commands(self) -> list[list[str]]:
-        return [self.shims, *self.compiles.values(), self.link, self.contract, self.loader]
+        return [
+            self.shims,
+            *self.compiles.values(),
+            self.link,
+            self.companion,
+            self.contract,
+            self.loader,
+        ]
 
 
 def _loader_commands(run: Run, sources: list[str], cxx_flags: list[str], torch_link: list[str]):
@@ -276,6 +287,26 @@ def _loader_commands(run: Run, sources: list[str], cxx_flags: list[str], torch_l
     cmd += [str(ROOT / src) for src in sources]
     cmd += ([str(sodium[0] / sodium[1])] if sodium else []) + torch_link + ["-ldl"]
     return [*contract, str(header)], cmd
+
+
+TARGET_VERSION_FLAG = "-DTORCH_TARGET_VERSION="
+
+
+def stable_flags(copts: list[str], torch_version: str) -> list[str]:
+    """`copts` with TORCH_TARGET_VERSION lowered to `torch_version` when that is older.
+
+    The library targets a release (kernel_flags.bzl) and runs under it and every later one;
+    a machine with an older torch (a GPU machine's own build) builds it for its own.
+    """
+    numbers = [int(n) for n in re.findall(r"\d+", torch_version)[:3]]
+    own = (numbers[0] << 56) | (numbers[1] << 48) | (numbers[2] << 40)
+    out = []
+    for flag in copts:
+        if flag.startswith(TARGET_VERSION_FLAG):
+            target = int(flag.removeprefix(TARGET_VERSION_FLAG), 16)
+            flag = f"{TARGET_VERSION_FLAG}0x{min(target, own):016x}"
+        out.append(flag)
+    return out
 
 
 def plan_build(run: Run) -> BuildPlan:
@@ -309,14 +340,20 @@ def plan_build(run: Run) -> BuildPlan:
     if cuda:
         nvcc, cudart = _cuda(run, torch_dir)
         for src in sources["cu"]:
-            jobs[src] = [*nvcc, *includes, *flags["TORCH_NVCC_COPTS"], "-c", str(ROOT / src)]
+            nvcc_copts = stable_flags(flags["TORCH_NVCC_COPTS"], torch.__version__)
+            jobs[src] = [*nvcc, *includes, *nvcc_copts, "-c", str(ROOT / src)]
     arm = platform.machine() == "aarch64"
-    copts = flags["TORCH_CPU_KERNEL_COPTS_AARCH64" if arm else "TORCH_CPU_KERNEL_COPTS"]
-    # With the CUDA part, ops/registration.cpp registers its kernels too.
-    copts = [*copts, *flags["TORCH_OP_LIBRARY_CUDA_COPTS"]] if cuda else copts
+    vec_copts = flags["TORCH_CPU_KERNEL_COPTS_AARCH64" if arm else "TORCH_CPU_KERNEL_COPTS"]
+    stable_copts = stable_flags(flags["TORCH_STABLE_COPTS"], torch.__version__)
+    run.facts["torch_target_version"] = next(
+        f.partition("=")[2] for f in stable_copts if f.startswith(TARGET_VERSION_FLAG)
+    )
+    # With the CUDA part, the generated file registers its kernels too.
+    copts = [*stable_copts, *flags["TORCH_OP_LIBRARY_CUDA_COPTS"]] if cuda else stable_copts
     for src in sources["cpp"]:
-        jobs[src] = [cxx, *cxx_flags, *copts, "-c", str(ROOT / src)]
-    # torch_op_library's genrule: every op's AOTInductor C shims, from the registration file.
+        own = vec_copts if src.endswith("/" + VEC_SOURCE) else copts
+        jobs[src] = [cxx, *cxx_flags, *own, "-c", str(ROOT / src)]
+    # torch_op_library's genrule: every op's registrations and C shims, from the registration file.
     shims_cpp = run.work / "gen" / C_SHIMS
     shims = [sys.executable, "tools/torch/c_shims.py", "ops/registration.cpp", str(shims_cpp)]
     jobs[C_SHIMS] = [cxx, *cxx_flags, *copts, "-c", str(shims_cpp)]
@@ -326,7 +363,16 @@ def plan_build(run: Run) -> BuildPlan:
     link = [cxx, "-shared", "-o", str(run.work / LIBRARY), *map(str, objects)]
     link += [*flags["TORCH_OP_LIBRARY_LINKOPTS"], *torch_link, *cudart]
     contract, loader = _loader_commands(run, inputs["loader"]["cpp"], cxx_flags, torch_link)
-    return BuildPlan(shims, jobs, objects, link, contract, loader)
+    # Named for this machine's torch release, which it is built for, as `import my_ops` expects.
+    release = ".".join(re.findall(r"\d+", torch.__version__)[:3])
+    companion = [cxx, "-shared", "-O2", *cxx_flags, "-o", str(run.work / companion_name(release))]
+    companion += [str(ROOT / src) for src in inputs["companion"]["cpp"]]
+    companion += ["-Wl,-z,defs", *torch_link]
+    return BuildPlan(shims, jobs, objects, link, contract, loader, companion)
+
+
+def companion_name(release: str) -> str:
+    return f"libmy_ops_torch{release}.so"
 
 
 def step_build(run: Run, step: Step) -> None:
@@ -355,4 +401,7 @@ def step_build(run: Run, step: Step) -> None:
     job = run.run(plan.link, run.log(step))
     if job.rc != 0:
         return run.fail(step, "failed: link", job)
+    job = run.run(plan.companion, run.log(step))
+    if job.rc != 0:
+        return run.fail(step, "failed: companion", job)
     step.status, step.detail, run.lib = "ok", f"{len(done)} objects", run.work / LIBRARY

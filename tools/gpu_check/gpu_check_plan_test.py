@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from script_under_test import SCRATCH, SCRIPT, run_script
 
 sys.path.insert(0, str(SCRIPT.parent))
@@ -47,14 +48,16 @@ _BUILD_INPUTS = {
         "TORCH_NVCC_COPTS": ["-DFIXTURE_NVCC"],
         "TORCH_OP_LIBRARY_CUDA_COPTS": ["-DFIXTURE_WITH_CUDA"],
         "TORCH_OP_LIBRARY_LINKOPTS": ["-Wl,--fixture-link"],
+        "TORCH_STABLE_COPTS": ["-DTORCH_TARGET_VERSION=0x020d000000000000", "-DFIXTURE_STABLE"],
     },
+    "companion": {"cpp": ["ops/cxx/companion.cpp"], "cu": [], "generated": []},
     "loader": {
         "cpp": ["deploy/loader/cli.cpp", "deploy/loader/main.cpp", "deploy/runtime/src/model.cpp"],
         "cu": [],
         "generated": ["deploy/runtime/src/package_contract.h"],
     },
     "op_library": {
-        "cpp": ["ops/a/cpu.cpp", "ops/b/cpu.cpp", "ops/registration.cpp"],
+        "cpp": ["ops/a/cpu.cpp", "ops/a/cpu_vec.cpp", "ops/b/cpu.cpp", "ops/registration.cpp"],
         "cu": ["ops/a/cuda.cu"],
         "generated": ["ops/my_ops_c_shims.cpp"],
     },
@@ -64,10 +67,12 @@ _CPU_FLAG = "-DFIXTURE_CPU_AARCH64" if platform.machine() == "aarch64" else "-DF
 _CHECKOUT_FILES = [
     "ops/registration.cpp",
     "ops/a/cpu.cpp",
+    "ops/a/cpu_vec.cpp",
     "ops/a/cuda.cu",
     "ops/a/a.h",
     "ops/b/cpu.cpp",
     "ops/common/launch.cuh",
+    "ops/cxx/companion.cpp",
     "ops/stray/cpu.cpp",
     "deploy/loader/main.cpp",
     "deploy/loader/cli.cpp",
@@ -387,14 +392,28 @@ def test_dry_run_prints_every_command_with_the_toolkit_and_runs_none(tmp_path, c
     assert _compiled(nvcc, checkout) == ["ops/a/cuda.cu"]
     assert all(" -DFIXTURE_NVCC " in c and _CPU_FLAG not in c for c in nvcc)
     gxx = [c for c in steps["build"] if c not in nvcc and " -c " in c]
-    assert _compiled(gxx, checkout) == ["ops/a/cpu.cpp", "ops/b/cpu.cpp", "ops/registration.cpp"]
-    assert all(f" {_CPU_FLAG} " in c and "-DFIXTURE_NVCC" not in c for c in gxx)
-    # With the CUDA part, the registration file registers its kernels too.
-    assert all(" -DFIXTURE_WITH_CUDA " in c for c in gxx)
-    link = [c for c in steps["build"] if " -shared " in c]
+    assert _compiled(gxx, checkout) == [
+        "ops/a/cpu.cpp",
+        "ops/a/cpu_vec.cpp",
+        "ops/b/cpu.cpp",
+        "ops/registration.cpp",
+    ]
+    assert all("-DFIXTURE_NVCC" not in c for c in gxx)
+    # The vector math without the stable-ABI flags; the rest with them, and, with the CUDA
+    # part, the generated file registering its kernels too.
+    vec = [c for c in gxx if "/cpu_vec.cpp " in c]
+    assert len(vec) == 1 and f" {_CPU_FLAG} " in vec[0] and "FIXTURE_STABLE" not in vec[0]
+    stable = [c for c in gxx if c not in vec]
+    assert all(" -DFIXTURE_STABLE " in c and _CPU_FLAG not in c for c in stable)
+    assert all(" -DFIXTURE_WITH_CUDA " in c for c in stable)
+    link = [c for c in steps["build"] if re.search(r" -o \S+/libmy_ops\.so ", c)]
     assert len(link) == 1 and link[0].endswith(" -l:libcudart.so.13")
-    # Three sources and the generated C shims, which are written before anything compiles.
-    assert " -Wl,--fixture-link " in link[0] and link[0].count(".o ") == 5
+    # Four sources, the CUDA one and the generated file, written before anything compiles.
+    assert " -Wl,--fixture-link " in link[0] and link[0].count(".o ") == 6
+    # The companion, for this machine's torch release.
+    release = ".".join(torch.__version__.split("+")[0].split(".")[:3])
+    companion = [c for c in steps["build"] if f"/libmy_ops_torch{release}.so " in c]
+    assert len(companion) == 1 and f" {checkout}/ops/cxx/companion.cpp " in companion[0]
     shims = steps["build"][0]
     generator = r" tools/torch/c_shims\.py ops/registration\.cpp \S+/gen/ops/my_ops_c_shims\.cpp$"
     assert re.search(generator, shims), shims
@@ -440,7 +459,8 @@ def test_dry_run_warns_once_and_links_the_toolkits_cudart_when_nvcc_is_newer(tmp
     warnings = [i for i, line in enumerate(lines) if "WARNING" in line]
     assert len(warnings) == 1 and warnings[0] < lines.index("build:")
     assert "nvcc 14.0 is newer than torch's cudart (libcudart.so.13)" in lines[warnings[0]]
-    link = [c for c in _commands(proc.stdout)["build"] if " -shared " in c][0]
+    build = _commands(proc.stdout)["build"]
+    link = [c for c in build if re.search(r" -o \S+/libmy_ops\.so ", c)][0]
     assert link.endswith(f" -L{home}/lib64 -Wl,-rpath,{home}/lib64 -l:libcudart.so.14")
 
 
@@ -469,13 +489,14 @@ def test_dry_run_without_a_toolkit_fails_with_one_line(tmp_path, checkout):
     assert not any("nvcc" in c for c in sum(steps.values(), []))
     assert _compiled(steps["build"], checkout) == [
         "ops/a/cpu.cpp",
+        "ops/a/cpu_vec.cpp",
         "ops/b/cpu.cpp",
         "ops/registration.cpp",
     ]
     assert not any("-DFIXTURE_WITH_CUDA" in c for c in steps["build"])
-    link = [c for c in steps["build"] if " -shared " in c][0]
-    # The three sources and the generated C shims.
-    assert "cudart" not in link and link.count(".o ") == 4
+    link = [c for c in steps["build"] if re.search(r" -o \S+/libmy_ops\.so ", c)][0]
+    # The four sources and the generated file.
+    assert "cudart" not in link and link.count(".o ") == 5
     assert "MY_OPS_TEST_DEVICES=cpu " in steps["tests"][0]
     assert len(steps["bench"]) == 1 and " --device cpu " in steps["bench"][0]
 

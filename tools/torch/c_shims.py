@@ -1,22 +1,27 @@
-"""An op library's AOTInductor C shims, generated from the schemas in its registration file.
+"""An op library's kernel registrations and AOTInductor C shims, from the schemas in its
+registration file, on LibTorch's stable ABI.
 
 A package exported with C shims calls each custom op as a plain C function,
 ``AOTITorchError aoti_torch_<device>_<op>(AtenTensorHandle x, ..., AtenTensorHandle* ret0)``,
 instead of describing the call in JSON for the ProxyExecutor to rebuild as an IValue stack
-and dispatch. Both the library's definitions (here, at build time) and the exporter's
-declarations (``deploy/exporter/c_shims.py``, from the registered schemas) come from torchgen's
-``gen_aoti_c_shim``, the generator of torch's own shims for ATen ops, so the C types follow
-AOTInductor's conventions (bool as int32_t, str as const char*, outputs as pointers) by
-construction; adding an op to the registration adds its shims.
+and dispatch. The C signatures are torchgen's (``gen_aoti_c_shim``, the generator of torch's
+own shims for ATen ops, which the exporter's declarations in ``deploy/exporter/c_shims.py``
+also come from): the generator writes its own and refuses a schema where the two differ, so
+the C types follow AOTInductor's conventions (bool as int32_t, str as const char*, outputs as
+pointers) by construction; adding an op to the registration adds its shims.
 
 usage: c_shims.py REGISTRATION_CPP OUTPUT_CPP
 
-REGISTRATION_CPP holds ``TORCH_LIBRARY(<namespace>, m)`` and the ``kOpSchemas`` array, one
-string literal per line. A CPU shim calls the op's CPU kernel directly, as torch's own shims
-call ``at::cpu::<op>``: the library defines it as ``<namespace>::cpu::<op>`` with the
-dispatcher's signature of the op (the function it registers at the CPU key; a mismatch is an
-undefined symbol when the library links). A CUDA shim goes through the dispatcher. The CUDA
-shims are compiled only where the library has its CUDA part (``TORCH_OP_LIBRARY_CUDA``).
+REGISTRATION_CPP holds the op namespace (``constexpr char kNamespace[] = "<namespace>";``) and
+the ``kOpSchemas`` array, one string literal per line, which it defines. The library defines
+each op's kernel per device as ``<namespace>::<device>::<op>`` on ``TensorRef``
+(tools/torch/stable_tensor.h): a new tensor (``OwnedTensor``) or a tuple of them as the result,
+nothing for an out= companion, which fills its ``out``; out= companions have CPU kernels only.
+The generated file declares those kernels (a mismatch is an undefined symbol when the library
+links), registers each at its device's key through a ``TORCH_BOX`` entry on stable types, and
+defines the C shims, which call the kernel as a plain C++ function, as torch's own shims call
+``at::cpu::<op>``. The CUDA part is compiled only where the library has its CUDA kernels
+(``TORCH_OP_LIBRARY_CUDA``).
 """
 
 from __future__ import annotations
@@ -26,15 +31,14 @@ import re
 import sys
 
 from torchgen import local
-from torchgen.api.types import DispatcherSignature
 from torchgen.gen_aoti_c_shim import gen_declaration_and_definition
 from torchgen.model import FunctionSchema
 
 DEVICES = {"cpu": "CPU", "cuda": "CUDA"}
-# The guard that registration.cpp's CUDA kernels sit behind.
+# The guard that the generated CUDA part sits behind.
 CUDA_GUARD = "TORCH_OP_LIBRARY_CUDA"
 
-_NAMESPACE = re.compile(r"^TORCH_LIBRARY\((\w+),", re.MULTILINE)
+_NAMESPACE = re.compile(r'^constexpr char kNamespace\[\] = "(\w+)";', re.MULTILINE)
 _SCHEMAS = re.compile(r"kOpSchemas\[\]\s*=\s*\{(.*?)\};", re.DOTALL)
 _LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 
@@ -48,7 +52,8 @@ def read_registration(text: str) -> tuple[str, list[str]]:
     namespaces = _NAMESPACE.findall(text)
     if len(namespaces) != 1:
         raise ShimError(
-            f"expected one TORCH_LIBRARY(<namespace>, m) block, found {len(namespaces)}"
+            'expected one constexpr char kNamespace[] = "<namespace>"; line, '
+            f"found {len(namespaces)}"
         )
     block = _SCHEMAS.search(text)
     if block is None:
@@ -112,74 +117,176 @@ def declaration(schema: str, device: str) -> str:
     return decl.removeprefix("AOTI_TORCH_EXPORT ").removesuffix(";")
 
 
-def kernel_namespace(namespace: str) -> str:
-    """Where an op library defines the CPU kernels its CPU shims call: ``<namespace>::cpu::<op>``,
-    with the dispatcher's signature of the op, the function it registers at the CPU key."""
-    return f"{namespace}::cpu"
+def kernel_namespace(namespace: str, device: str) -> str:
+    """Where an op library defines the kernels its registrations and shims call:
+    ``<namespace>::<device>::<op>``, with the arguments of kernel_declaration."""
+    return f"{namespace}::{device}"
 
 
-def _shims(namespace: str, schema: str, device: str) -> tuple[str, str, str, str]:
-    """(the shim's declaration, the kernel's declaration or "", the backend call's definition,
-    the shim's definition) for one device."""
-    parsed = parse_schema(schema)
-    op = schema.partition("(")[0].rsplit("::", 1)[-1]
-    call = f"call_{op}_{device}"
-    # torchgen's shim of an out= op passes `out` first, as at::<op>_out takes it; the kernel,
-    # like the schema and the dispatcher, takes it last.
-    out_first = "OutFirst" if parsed.arguments.out else ""
-    with _torchgen():
-        signature = DispatcherSignature.from_schema(parsed)
-        decl, definition = gen_declaration_and_definition(parsed, device, f"{call}()", {})
-        kernel_signature, function_type = signature.decl(name=op), signature.type()
-    if device == "cpu":
-        kernel = f"{kernel_namespace(namespace)}::{op}"
-        kernel_decl = f"{kernel_signature};\n"
-        backend = (
-            f"constexpr my_ops::c_shim::Call{out_first}<&{kernel}> {call}() {{ return {{}}; }}\n"
+# C++ types of a kernel's arguments by schema type, and the boxed entry's (TORCH_BOX unboxes
+# str as std::string).
+_KERNEL_TYPES = {
+    "Tensor": "TensorRef",
+    "float": "double",
+    "bool": "bool",
+    "int": "int64_t",
+    "str": "std::string_view",
+}
+_BOXED_TYPES = {
+    "Tensor": "const torch::stable::Tensor&",
+    "float": "double",
+    "bool": "bool",
+    "int": "int64_t",
+    "str": "std::string",
+}
+# AOTInductor's C types, and how a shim turns one into the kernel's argument.
+_C_TYPES = {
+    "Tensor": "AtenTensorHandle",
+    "float": "double",
+    "bool": "int32_t",
+    "int": "int64_t",
+    "str": "const char*",
+}
+_FROM_C = {
+    "Tensor": "TensorRef({})",
+    "float": "{}",
+    "bool": "{} != 0",
+    "int": "{}",
+    "str": "std::string_view({})",
+}
+
+
+def _base_type(arg) -> str:
+    kind = str(arg.type)
+    if kind not in _KERNEL_TYPES:
+        raise ShimError(f"{arg.name}: arguments of type {kind} have no C shim here")
+    return kind
+
+
+class _Op:
+    """One schema, as its kernel, boxed entry and C shim see it."""
+
+    def __init__(self, schema: str):
+        self.schema = parse_schema(schema)
+        self.name = schema.partition("(")[0].rsplit("::", 1)[-1]
+        args = self.schema.arguments
+        self.inputs = [(a.name, _base_type(a)) for a in args.flat_non_out]
+        self.out = [a.name for a in args.out]
+        self.returns = len(self.schema.returns)
+        if not self.out and any(str(r.type) != "Tensor" for r in self.schema.returns):
+            raise ShimError(f"{schema}: only Tensor results have a C shim here")
+
+    def kernel_declaration(self) -> str:
+        """``<result> <op>(<inputs>, TensorRef out)``: a new tensor (OwnedTensor), a tuple of
+        them, or nothing for an out= companion, which fills `out`."""
+        params = [f"{_KERNEL_TYPES[t]} {n}" for n, t in self.inputs]
+        params += [f"TensorRef {n}" for n in self.out]
+        if self.out:
+            result = "void"
+        elif self.returns == 1:
+            result = "OwnedTensor"
+        else:
+            result = f"std::tuple<{', '.join(['OwnedTensor'] * self.returns)}>"
+        return f"{result} {self.name}({', '.join(params)})"
+
+    def c_declaration(self, device: str) -> str:
+        # torchgen's shim of an out= op passes `out` first, as at::<op>_out takes it.
+        params = [f"AtenTensorHandle {n}" for n in self.out]
+        params += [f"{_C_TYPES[t]} {n}" for n, t in self.inputs]
+        if not self.out:
+            params += [f"AtenTensorHandle* ret{i}" for i in range(self.returns)]
+        return f"AOTITorchError {shim_name(self.name, device)}({', '.join(params)})"
+
+    def _call(self, namespace: str, device: str, args: list[str]) -> str:
+        return f"{kernel_namespace(namespace, device)}::{self.name}({', '.join(args)})"
+
+    def boxed_definition(self, namespace: str, device: str) -> str:
+        params = [f"{_BOXED_TYPES[t]} {n}" for n, t in self.inputs]
+        params += [f"const torch::stable::Tensor& {n}" for n in self.out]
+        call = self._call(namespace, device, [n for n, _ in self.inputs] + self.out)
+        name = f"{device}_{self.name}"
+        if self.out:
+            return (
+                f"torch::stable::Tensor {name}({', '.join(params)}) {{\n"
+                f"  {call};\n  return {self.out[0]};\n}}\n"
+            )
+        if self.returns == 1:
+            return (
+                f"torch::stable::Tensor {name}({', '.join(params)}) {{\n"
+                f"  return {call}.to_stable();\n}}\n"
+            )
+        stable = ", ".join(["torch::stable::Tensor"] * self.returns)
+        parts = ", ".join(
+            f"std::move(std::get<{i}>(results)).to_stable()" for i in range(self.returns)
         )
-    else:
-        kernel_decl = ""
-        backend = (
-            f"const auto& {call}() {{\n"
-            f"  static const my_ops::c_shim::Redispatch{out_first}<c10::DispatchKey::"
-            f'{DEVICES[device]}, {function_type}> op("{namespace}::{op}");\n'
-            f"  return op;\n"
-            f"}}\n"
+        return (
+            f"std::tuple<{stable}> {name}({', '.join(params)}) {{\n"
+            f"  auto results = {call};\n  return {{{parts}}};\n}}\n"
         )
-    return decl, kernel_decl, backend, definition
+
+    def shim_definition(self, namespace: str, device: str) -> str:
+        args = [_FROM_C[t].format(n) for n, t in self.inputs]
+        args += [f"TensorRef({n})" for n in self.out]
+        call = self._call(namespace, device, args)
+        if self.out:
+            body = f"{call};"
+        elif self.returns == 1:
+            body = f"*ret0 = {call}.release();"
+        else:
+            body = f"auto results = {call};\n    " + "\n    ".join(
+                f"*ret{i} = std::get<{i}>(results).release();" for i in range(self.returns)
+            )
+        return (
+            f"{self.c_declaration(device)} {{\n"
+            f'  return my_ops::c_shim::run("{shim_name(self.name, device)}", [&] {{\n'
+            f"    {body}\n  }});\n}}\n"
+        )
+
+
+def _ops_for(ops: list[_Op], device: str) -> list[_Op]:
+    """The ops with a kernel on `device`: out= companions have CPU kernels only."""
+    return [op for op in ops if device == "cpu" or not op.out]
 
 
 def generate(registration: str, source: str) -> str:
-    """The C++ file of every shim of the registration's ops, for each device."""
+    """The C++ file of every op's kernel registration and C shim, for each device."""
     namespace, schemas = read_registration(registration)
+    ops = [_Op(schema) for schema in schemas]
+    for op, schema in zip(ops, schemas, strict=True):
+        # The C signature is AOTInductor's, as torchgen (the generator of torch's own shims)
+        # writes it: the generated wrapper calls exactly that.
+        if op.c_declaration("cpu") != declaration(schema, "cpu"):
+            raise ShimError(f"{schema}: the shim would not have AOTInductor's signature")
     parts = [
         f"// Generated by tools/torch/c_shims.py from {source}: do not edit.\n"
-        "// The AOTInductor C shims of every op of the library, one per device.\n\n"
-        "#include <torch/csrc/inductor/aoti_torch/c/shim.h>\n"
-        "#include <torch/csrc/inductor/aoti_torch/utils.h>\n\n"
-        '#include "tools/torch/c_shim_call.h"\n\n'
-        "using torch::aot_inductor::new_tensor_handle;\n"
-        "using my_ops::c_shim::resolve_tensor_dispatch_flags;\n"
-        "using torch::aot_inductor::resolve_tensor_list_dispatch_flags;\n"
-        "using torch::aot_inductor::tensor_handle_to_tensor_pointer;\n"
+        "// Every op's kernel registrations (TORCH_BOX entries) and AOTInductor C shims, one\n"
+        "// per device, on LibTorch's stable ABI.\n\n"
+        "#include <torch/csrc/stable/library.h>\n\n"
+        "#include <string>\n#include <string_view>\n#include <tuple>\n#include <utility>\n\n"
+        '#include "tools/torch/c_shim_call.h"\n'
     ]
     for device in DEVICES:
-        shims = [_shims(namespace, schema, device) for schema in schemas]
-        kernels = "".join(kernel for _, kernel, _, _ in shims)
+        device_ops = _ops_for(ops, device)
+        kernels = "".join(f"{op.kernel_declaration()};\n" for op in device_ops)
+        impls = "".join(
+            f'  m.impl("{op.name}", TORCH_BOX(&{device}_{op.name}));\n' for op in device_ops
+        )
         body = (
-            'extern "C" {\n'
-            + "\n".join(decl for decl, _, _, _ in shims)
-            + "\n}\n\n"
-            + (f"namespace {kernel_namespace(namespace)} {{\n{kernels}}}\n\n" if kernels else "")
-            + "namespace {\n\n"
-            + "\n".join(backend for _, _, backend, _ in shims)
-            + '\n}  // namespace\n\nextern "C" {\n'
-            + "".join(definition for _, _, _, definition in shims)
-            + "\n}\n"
+            f"namespace {kernel_namespace(namespace, device)} {{\n"
+            f"using my_ops::OwnedTensor;\nusing my_ops::TensorRef;\n{kernels}}}\n\n"
+            "namespace {\n\nusing my_ops::TensorRef;\n\n"
+            + "\n".join(op.boxed_definition(namespace, device) for op in device_ops)
+            + "\n}  // namespace\n\n"
+            f"STABLE_TORCH_LIBRARY_IMPL({namespace}, {DEVICES[device]}, m) {{\n{impls}}}\n\n"
+            'extern "C" {\n\n'
+            + "\n".join(
+                f"AOTI_TORCH_EXPORT {op.shim_definition(namespace, device)}" for op in device_ops
+            )
+            + '\n}  // extern "C"\n'
         )
         if device == "cuda":
-            body = f"\n#ifdef {CUDA_GUARD}\n{body}#endif  // {CUDA_GUARD}\n"
-        parts.append(f"\n// {device}\n{body}")
+            body = f"#ifdef {CUDA_GUARD}\n{body}#endif  // {CUDA_GUARD}\n"
+        parts.append(f"\n// {device}\n\n{body}")
     return "".join(parts)
 
 

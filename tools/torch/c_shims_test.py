@@ -14,6 +14,15 @@ from pathlib import Path
 import c_shims
 import pytest
 
+_NS = 'constexpr char kNamespace[] = "a";'
+
+
+def _registration(*schemas: str) -> str:
+    """A registration file of namespace `a` holding `schemas`."""
+    literals = ", ".join('"' + s.replace('"', '\\"') + '"' for s in schemas)
+    return f"{_NS}\nconst char* kOpSchemas[] = {{{literals}}};"
+
+
 REGISTRATION = r"""
 namespace {
 // clang-format off
@@ -24,10 +33,7 @@ constexpr const char* kOpSchemas[] = {
 // clang-format on
 }  // namespace
 
-TORCH_LIBRARY(test_ns, m) {
-  for (const char* schema : kOpSchemas) m.def(schema);
-}
-TORCH_LIBRARY_IMPL(test_ns, CPU, m) {}
+constexpr char kNamespace[] = "test_ns";
 """
 
 
@@ -56,47 +62,62 @@ def test_declarations_follow_aotis_c_conventions():
     )
 
 
-def test_generated_file_defines_each_shim_per_device_calling_below_autograd():
+def test_generated_file_registers_and_shims_each_kernel_per_device():
     text = c_shims.generate(REGISTRATION, "registration.cpp")
     cpu, cuda = text.split(f"#ifdef {c_shims.CUDA_GUARD}")
     for device, part in (("cpu", cpu), ("cuda", cuda)):
-        for op in ("scale", "mix"):
-            assert f"AOTI_TORCH_EXPORT AOTITorchError aoti_torch_{device}_{op}(" in part
-            assert f"\nAOTITorchError aoti_torch_{device}_{op}(" in part  # the definition
-    # CPU: the kernel the library defines as <namespace>::cpu::<op>, with the dispatcher's
-    # signature of the op, called directly.
-    assert (
-        "namespace test_ns::cpu {\n"
-        "at::Tensor scale(const at::Tensor & x, double alpha);\n"
-        "::std::tuple<at::Tensor,at::Tensor> mix(const at::Tensor & x, const at::Tensor & y, "
-        "bool swap, c10::string_view mode, int64_t n);\n}"
-    ) in cpu
-    assert "Call<&test_ns::cpu::scale>" in cpu
-    assert "Call<&test_ns::cpu::mix>" in cpu
-    assert "Redispatch" not in cpu
-    # CUDA: through the dispatcher, whose typed() checks the signature against the schema.
-    for op in ("scale", "mix"):
-        assert f'op("test_ns::{op}")' in cuda
-    assert (
-        "Redispatch<c10::DispatchKey::CUDA, ::std::tuple<at::Tensor,at::Tensor> "
-        "(const at::Tensor &, const at::Tensor &, bool, c10::string_view, int64_t)>"
-    ) in cuda
+        # The kernels the library defines as <namespace>::<device>::<op>: a mismatch with the
+        # schema is an undefined symbol when the library links.
+        assert (
+            f"namespace test_ns::{device} {{\n"
+            "using my_ops::OwnedTensor;\nusing my_ops::TensorRef;\n"
+            "OwnedTensor scale(TensorRef x, double alpha);\n"
+            "std::tuple<OwnedTensor, OwnedTensor> mix(TensorRef x, TensorRef y, bool swap, "
+            "std::string_view mode, int64_t n);\n}"
+        ) in part
+        # Registered at the device's key through TORCH_BOX entries on stable types.
+        key = {"cpu": "CPU", "cuda": "CUDA"}[device]
+        assert (
+            f"STABLE_TORCH_LIBRARY_IMPL(test_ns, {key}, m) {{\n"
+            f'  m.impl("scale", TORCH_BOX(&{device}_scale));\n'
+            f'  m.impl("mix", TORCH_BOX(&{device}_mix));\n}}'
+        ) in part
+        assert (
+            f"std::tuple<torch::stable::Tensor, torch::stable::Tensor> {device}_mix("
+            "const torch::stable::Tensor& x, const torch::stable::Tensor& y, bool swap, "
+            "std::string mode, int64_t n) {"
+        ) in part
+        # The C shims: AOTInductor's C types turned into the kernel's, each result handed over.
+        assert (
+            f"AOTI_TORCH_EXPORT AOTITorchError aoti_torch_{device}_scale(AtenTensorHandle x, "
+            "double alpha, AtenTensorHandle* ret0) {\n"
+            f'  return my_ops::c_shim::run("aoti_torch_{device}_scale", [&] {{\n'
+            f"    *ret0 = test_ns::{device}::scale(TensorRef(x), alpha).release();\n"
+            "  });\n}"
+        ) in part
+        assert (
+            f"auto results = test_ns::{device}::mix(TensorRef(x), TensorRef(y), swap != 0, "
+            "std::string_view(mode), n);\n"
+            "    *ret0 = std::get<0>(results).release();\n"
+            "    *ret1 = std::get<1>(results).release();"
+        ) in part
     assert "test_ns::cpu" not in cuda
-    assert "*ret1 = new_tensor_handle(std::move(std::get<1>(tmp_result)));" in cpu
     assert cuda.rstrip().endswith(f"#endif  // {c_shims.CUDA_GUARD}")
 
 
 @pytest.mark.parametrize(
     "text, reason",
     [
-        ("constexpr const char* kOpSchemas[] = {};", "TORCH_LIBRARY"),
-        ("TORCH_LIBRARY(a, m) {}\nTORCH_LIBRARY(b, m) {}", "found 2"),
-        ("TORCH_LIBRARY(a, m) {}", "no kOpSchemas"),
-        ("TORCH_LIBRARY(a, m) {}\nconst char* kOpSchemas[] = {};", "kOpSchemas is empty"),
+        ("constexpr const char* kOpSchemas[] = {};", "kNamespace"),
+        (_NS + '\nconstexpr char kNamespace[] = "b";', "found 2"),
+        (_NS, "no kOpSchemas"),
+        (_NS + "\nconst char* kOpSchemas[] = {};", "kOpSchemas is empty"),
         (
-            'TORCH_LIBRARY(a, m) {}\nconst char* kOpSchemas[] = {kName, "f(Tensor x) -> Tensor"};',
+            _NS + '\nconst char* kOpSchemas[] = {kName, "f(Tensor x) -> Tensor"};',
             "something other than string literals: 'kName'",
         ),
+        (_registration("f(Tensor[] x) -> Tensor"), "arguments of type Tensor\\[\\] have no C shim"),
+        (_registration("f(Tensor x) -> float"), "only Tensor results"),
     ],
 )
 def test_refuses_a_registration_it_cannot_read_exactly(text, reason):
@@ -112,18 +133,15 @@ def test_an_out_companion_takes_out_first_as_aotinductor_passes_it():
         "double alpha)"
     )
     text = c_shims.generate(
-        'TORCH_LIBRARY(test_ns, m) {}\nconst char* kOpSchemas[] = {"' + schema + '"};',
+        'constexpr char kNamespace[] = "test_ns";\nconst char* kOpSchemas[] = {"' + schema + '"};',
         "registration.cpp",
     )
-    # The kernel, like the schema and the dispatcher, has `out` last; CallOutFirst and
-    # RedispatchOutFirst move it there.
-    assert "at::Tensor & scale_out(const at::Tensor & x, double alpha, at::Tensor & out);" in text
-    assert "CallOutFirst<&test_ns::cpu::scale_out>" in text
-    assert (
-        "RedispatchOutFirst<c10::DispatchKey::CUDA, at::Tensor & (const at::Tensor &, double, "
-        'at::Tensor &)> op("test_ns::scale_out")'
-    ) in text
-    assert "*tensor_handle_to_tensor_pointer(out), resolve_tensor_dispatch_flags(x), alpha" in text
+    # The kernel, like the schema, has `out` last and fills it; it has no CUDA kernel.
+    assert "void scale_out(TensorRef x, double alpha, TensorRef out);" in text
+    assert "test_ns::cpu::scale_out(TensorRef(x), alpha, TensorRef(out));" in text
+    assert "cuda_scale_out" not in text and "aoti_torch_cuda_scale_out" not in text
+    # The boxed entry returns `out`, as the schema's Tensor(a!) result.
+    assert "test_ns::cpu::scale_out(x, alpha, out);\n  return out;" in text
 
 
 @pytest.mark.parametrize(
@@ -137,13 +155,13 @@ def test_an_out_companion_takes_out_first_as_aotinductor_passes_it():
     ],
 )
 def test_refuses_a_companion_it_cannot_call(schema, reason):
-    text = 'TORCH_LIBRARY(a, m) {}\nconst char* kOpSchemas[] = {"' + schema + '"};'
+    text = _registration(schema)
     with pytest.raises(c_shims.ShimError, match=reason):
         c_shims.generate(text, "registration.cpp")
 
 
 def test_refuses_an_overload_whose_shim_name_would_clash():
-    text = 'TORCH_LIBRARY(a, m) {}\nconst char* kOpSchemas[] = {"f.out(Tensor x) -> Tensor"};'
+    text = _registration("f.out(Tensor x) -> Tensor")
     with pytest.raises(c_shims.ShimError, match="default overloads only"):
         c_shims.generate(text, "registration.cpp")
 
@@ -164,6 +182,7 @@ def test_command_line_writes_the_file_or_fails_with_one_line(tmp_path: Path):
     )
     assert failed.returncode == 1
     assert failed.stderr.splitlines() == [
-        f"c_shims: {registration}: expected one TORCH_LIBRARY(<namespace>, m) block, found 0"
+        f"c_shims: {registration}: expected one "
+        'constexpr char kNamespace[] = "<namespace>"; line, found 0'
     ]
     assert not bad.exists()

@@ -20,13 +20,17 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from wheel_testing import runfile, wheel_path
 
 WHEELS = {
     "x86_64": ("MY_OPS_WHEEL", "MY_OPS_BUNDLE", "X86-64"),
     "aarch64": ("MY_OPS_WHEEL_AARCH64", "MY_OPS_BUNDLE_AARCH64", "AArch64"),
 }
-NATIVE = {"my_ops/lib/libmy_ops.so", "my_ops/lib/loader"}
+# The op library and the loader, which the edge bundle ships too, and the op library's companion,
+# built for the locked torch release (the loader holds what it holds).
+BUNDLED = {"my_ops/lib/libmy_ops.so", "my_ops/lib/loader"}
+NATIVE = BUNDLED | {f"my_ops/lib/libmy_ops_torch{os.environ['MY_OPS_COMPANION_RELEASE']}.so"}
 # Source folders in the workspace for the wheel's folders (python/wheel.bzl lays them out).
 SOURCE_FOLDERS = [("my_ops/deploy/", "deploy/"), ("my_ops/", "python/my_ops/")]
 
@@ -70,12 +74,19 @@ def test_name_and_tags_say_the_platform(wheel) -> None:
     assert "Root-Is-Purelib: false" in lines, lines
 
 
-def test_metadata_requires_the_torch_release(wheel) -> None:
+def test_metadata_requires_the_torch_releases_the_library_supports(wheel) -> None:
     lines = _text(wheel, "METADATA").splitlines()
     requires = [
-        line.removeprefix("Requires-Dist: ") for line in lines if line.startswith("Requires-Dist:")
+        Requirement(line.removeprefix("Requires-Dist: "))
+        for line in lines
+        if line.startswith("Requires-Dist:")
     ]
-    assert "torch==2.14.1" in requires, requires
+    (torch,) = [r for r in requires if r.name == "torch"]
+    # From the stable ABI's target release to the newest one tested (the locked one).
+    for version in ("2.13.0", "2.13.1", "2.14.0", "2.14.1"):
+        assert torch.specifier.contains(version), (version, str(torch))
+    for version in ("2.12.1", "2.15.0"):
+        assert not torch.specifier.contains(version), (version, str(torch))
     assert "Name: my_ops" in lines or "Name: my-ops" in lines, lines
 
 
@@ -179,7 +190,7 @@ def test_native_files_are_the_platforms_and_executable(wheel, tmp_path: Path) ->
 def test_library_and_loader_are_the_bundles(wheel) -> None:
     # The wheel ships the same builds as the edge bundle for its platform.
     with tarfile.open(wheel["bundle"]) as tar:
-        for name in sorted(NATIVE):
+        for name in sorted(BUNDLED):
             shipped = tar.extractfile(f"my_ops_bundle/{os.path.basename(name)}").read()
             assert shipped == wheel["members"][name][1], name
 

@@ -14,13 +14,12 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
 
 import pytest
-from wheel_testing import runfile, wheel_path
+from wheel_testing import make_venv, run_in, runfile, wheel_path
 
 # A package that exists only in the venv: the user's model imports it.
 _TINY_PACKAGE = "tinyscale"
@@ -82,59 +81,14 @@ def _tiny_wheel(folder: Path) -> Path:
     return path
 
 
-def _locked_site_packages() -> list[str]:
-    """The locked wheels' folders on this test's sys.path (torch, numpy, cryptography...).
-
-    Only rules_python's pip repositories: the workspace's own folders, which hold
-    the my_ops sources, must not be importable in the venv.
-    """
-    found = [p for p in sys.path if "rules_python~~pip~pypi_" in p and p.endswith("site-packages")]
-    assert any("pypi_torch" in p for p in found), sys.path
-    return found
-
-
 @pytest.fixture(scope="module")
 def venv(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("wheel")
-    env_dir = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True, timeout=300)
-    python = env_dir / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    # A .pth line is a folder appended to sys.path: the locked packages, not copied.
-    (Path(site) / "locked_packages.pth").write_text("\n".join(_locked_site_packages()) + "\n")
-    work = root / "work"
-    work.mkdir()
-    env = {
-        "PATH": f"{env_dir / 'bin'}:/usr/local/bin:/usr/bin:/bin",
-        "HOME": str(root / "home"),
-        "TMPDIR": str(root),
-        "LANG": "C.UTF-8",
-    }
-    for wheel in (wheel_path(), _tiny_wheel(root)):
-        subprocess.run(
-            [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "-q", str(wheel)],
-            check=True,
-            env=env,
-            cwd=work,
-            timeout=600,
-        )
-    return {"root": root, "python": python, "bin": env_dir / "bin", "env": env, "work": work}
+    return make_venv(root, [wheel_path(), _tiny_wheel(root)])
 
 
 def _run(venv: dict, *cmd, timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(c) for c in cmd],
-        cwd=venv["work"],
-        env=venv["env"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    return run_in(venv, *cmd, timeout=timeout)
 
 
 def test_my_ops_is_the_installed_one(venv) -> None:
