@@ -25,6 +25,12 @@ TORCH_STABLE_COPTS = TORCH_STABLE_DEFINES + [
     "-O3",
 ]
 
+# Code on LibTorch's C++ API that runs on every call (the companion's autograd
+# entries and custom class, ops/cxx): optimised in every compilation mode, as
+# the kernels are. Under fastbuild (-O0) the dispatcher's inline helpers it
+# calls stayed calls: RMSNorm.forward took 3.5 us instead of 2.2 at 4 x 64.
+TORCH_CXX_COPTS = ["-O3"]
+
 # The kernels' vectorised math (*/cpu_vec.cpp) uses at::vec at AVX2 width, the portable x86-64-v3 level that the
 # exported packages also target. at::vec lives in a namespace named by
 # CPU_CAPABILITY, so these copies never clash with torch's own.
