@@ -8,6 +8,8 @@
 #include <cmath>
 #include <type_traits>
 
+#include "ops/common/cpu_vec_segment.h"
+
 namespace my_ops::cpu_vec {
 namespace {
 
@@ -98,24 +100,11 @@ void bias_gelu_vector(const scalar_t* x, const at::opmath_type<scalar_t>* bias, 
 template <typename scalar_t, GeluApproximation kApprox>
 void bias_gelu_segment(const scalar_t* x, const at::opmath_type<scalar_t>* bias, scalar_t* out,
                        int64_t length) {
-  using acc_t = at::opmath_type<scalar_t>;
-  constexpr int64_t kWidth = Vectorized<scalar_t>::size();
-  int64_t i = 0;
-  for (; i + kWidth <= length; i += kWidth) {
-    bias_gelu_vector<scalar_t, kApprox>(x + i, bias + i, out + i);
-  }
-  if (i < length) {
-    // The tail goes through the same vector code via zero-padded buffers, so every element gets
-    // bit-identical math regardless of where it sits in the row.
-    const int64_t count = length - i;
-    scalar_t x_buf[kWidth] = {};
-    acc_t bias_buf[kWidth] = {};
-    scalar_t out_buf[kWidth];
-    std::copy_n(x + i, count, x_buf);
-    std::copy_n(bias + i, count, bias_buf);
-    bias_gelu_vector<scalar_t, kApprox>(x_buf, bias_buf, out_buf);
-    std::copy_n(out_buf, count, out + i);
-  }
+  for_each_vector<Vectorized<scalar_t>::size()>(
+      x, bias, out, length,
+      [](const scalar_t* x, const at::opmath_type<scalar_t>* bias, scalar_t* out) {
+        bias_gelu_vector<scalar_t, kApprox>(x, bias, out);
+      });
 }
 
 // Splitting the flat range (rather than rows) keeps every thread busy even when there are fewer

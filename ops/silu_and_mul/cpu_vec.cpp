@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "ops/common/cpu_vec_segment.h"
+
 namespace my_ops::cpu_vec {
 namespace {
 
@@ -44,23 +46,9 @@ void silu_mul_vector(const scalar_t* a, const scalar_t* b, scalar_t* out) {
 // `length` consecutive outputs of one row: a and b are the matching runs of its two halves.
 template <typename scalar_t>
 void silu_mul_segment(const scalar_t* a, const scalar_t* b, scalar_t* out, int64_t length) {
-  constexpr int64_t kWidth = Vectorized<scalar_t>::size();
-  int64_t i = 0;
-  for (; i + kWidth <= length; i += kWidth) {
-    silu_mul_vector(a + i, b + i, out + i);
-  }
-  if (i < length) {
-    // The tail goes through the same vector code via zero-padded buffers, so every element gets
-    // bit-identical math wherever it sits in the row.
-    const int64_t count = length - i;
-    scalar_t a_buf[kWidth] = {};
-    scalar_t b_buf[kWidth] = {};
-    scalar_t out_buf[kWidth];
-    std::copy_n(a + i, count, a_buf);
-    std::copy_n(b + i, count, b_buf);
-    silu_mul_vector(a_buf, b_buf, out_buf);
-    std::copy_n(out_buf, count, out + i);
-  }
+  for_each_vector<Vectorized<scalar_t>::size()>(
+      a, b, out, length,
+      [](const scalar_t* a, const scalar_t* b, scalar_t* out) { silu_mul_vector(a, b, out); });
 }
 
 }  // namespace
