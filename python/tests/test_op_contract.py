@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import warnings
+import weakref
 
 import pytest
 import torch
 
+from my_ops.ops import companion
 from op_table import (
     DIFFERENTIABLE,
     as_tuple,
@@ -207,6 +210,30 @@ def test_export(spec):
         targets = {n.target for n in ep.graph.nodes if n.op == "call_function"}
         assert spec.op in targets, targets
         assert_matches_reference(spec, args, ep.module()(*tensors))
+
+
+@by_op()
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_call_keeps_no_reference_to_its_tensors(spec, device):
+    # The kernels' boxed entries own a handle per tensor argument, made for the call, and hand
+    # their results over by handle: one kept (not deleted, or handed over twice) keeps that tensor
+    # alive after the caller drops it, which a weak reference shows.
+    calls = [(spec.op, {})]
+    if device == "cpu" and companion(spec) is not None:
+        calls.append((companion(spec), {"out": None}))
+    for op, kwargs in calls:
+        args = make_args(spec, (4, 64), torch.float32, device)
+        if "out" in kwargs:
+            with torch.no_grad():
+                kwargs = {"out": torch.empty_like(as_tuple(spec.op(*args))[0])}
+        with torch.no_grad():
+            result = op(*args, **kwargs)
+        tensors = tensor_args(args) + list(as_tuple(result)) + list(kwargs.values())
+        refs = [weakref.ref(t) for t in tensors]
+        del args, result, tensors, kwargs
+        gc.collect()
+        alive = [i for i, r in enumerate(refs) if r() is not None]
+        assert not alive, f"{op}: tensors {alive} (arguments, then results) are still referenced"
 
 
 if __name__ == "__main__":

@@ -75,17 +75,33 @@ def test_generated_file_registers_and_shims_each_kernel_per_device():
             "std::tuple<OwnedTensor, OwnedTensor> mix(TensorRef x, TensorRef y, bool swap, "
             "std::string_view mode, int64_t n);\n}"
         ) in part
-        # Registered at the device's key through TORCH_BOX entries on stable types.
+        # Registered at the device's key through boxed entries that own the argument handles
+        # torch made for the call and hand the results' handles back on the stack.
         key = {"cpu": "CPU", "cuda": "CUDA"}[device]
         assert (
             f"STABLE_TORCH_LIBRARY_IMPL(test_ns, {key}, m) {{\n"
-            f'  m.impl("scale", TORCH_BOX(&{device}_scale));\n'
-            f'  m.impl("mix", TORCH_BOX(&{device}_mix));\n}}'
+            f'  m.impl("scale", &{device}_scale);\n'
+            f'  m.impl("mix", &{device}_mix);\n}}'
         ) in part
         assert (
-            f"std::tuple<torch::stable::Tensor, torch::stable::Tensor> {device}_mix("
-            "const torch::stable::Tensor& x, const torch::stable::Tensor& y, bool swap, "
-            "std::string mode, int64_t n) {"
+            f"void {device}_scale("
+            "StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {\n"
+            '  my_ops::boxed::check_arity("scale", num_args, 2, num_outputs, 1);\n'
+            "  OwnedTensor x = my_ops::boxed::tensor(stack[0]);\n"
+            "  auto alpha = my_ops::boxed::value<double>(stack[1]);\n"
+            f"  stack[0] = my_ops::boxed::result(test_ns::{device}::scale(x, alpha));\n}}"
+        ) in part
+        assert (
+            f"void {device}_mix(StableIValue* stack, uint64_t num_args, uint64_t num_outputs) {{\n"
+            '  my_ops::boxed::check_arity("mix", num_args, 5, num_outputs, 2);\n'
+            "  OwnedTensor x = my_ops::boxed::tensor(stack[0]);\n"
+            "  OwnedTensor y = my_ops::boxed::tensor(stack[1]);\n"
+            "  auto swap = my_ops::boxed::value<bool>(stack[2]);\n"
+            "  auto mode = my_ops::boxed::value<std::string>(stack[3]);\n"
+            "  auto n = my_ops::boxed::value<int64_t>(stack[4]);\n"
+            f"  auto results = test_ns::{device}::mix(x, y, swap, mode, n);\n"
+            "  stack[0] = my_ops::boxed::result(std::move(std::get<0>(results)));\n"
+            "  stack[1] = my_ops::boxed::result(std::move(std::get<1>(results)));\n}"
         ) in part
         # The C shims: AOTInductor's C types turned into the kernel's, each result handed over.
         assert (
@@ -140,8 +156,12 @@ def test_an_out_companion_takes_out_first_as_aotinductor_passes_it():
     assert "void scale_out(TensorRef x, double alpha, TensorRef out);" in text
     assert "test_ns::cpu::scale_out(TensorRef(x), alpha, TensorRef(out));" in text
     assert "cuda_scale_out" not in text and "aoti_torch_cuda_scale_out" not in text
-    # The boxed entry returns `out`, as the schema's Tensor(a!) result.
-    assert "test_ns::cpu::scale_out(x, alpha, out);\n  return out;" in text
+    # The boxed entry hands back `out`'s own handle, as the schema's Tensor(a!) result.
+    assert (
+        "  OwnedTensor out = my_ops::boxed::tensor(stack[2]);\n"
+        "  test_ns::cpu::scale_out(x, alpha, out);\n"
+        "  stack[0] = my_ops::boxed::result(std::move(out));\n}"
+    ) in text
 
 
 @pytest.mark.parametrize(
