@@ -50,26 +50,32 @@ AOTITorchError run(const char* shim, const Call& call) noexcept {
 // call costs more than its work. These entries pass the handles on as they come.
 namespace my_ops::boxed {
 
-// The generator writes each entry from the schema it registers, so a mismatch is a bug here.
+[[noreturn]] __attribute__((noinline, cold)) inline void fail_arity(
+    const char* op, uint64_t num_args, uint64_t args, uint64_t num_outputs, uint64_t outputs) {
+  throw std::runtime_error(std::string(op) + ": the boxed entry takes " + std::to_string(args) +
+                           " arguments and " + std::to_string(outputs) +
+                           " results, the dispatcher passed " + std::to_string(num_args) + " and " +
+                           std::to_string(num_outputs));
+}
+
+// The generator writes each entry from the schema it registers, so a mismatch is a bug here; the
+// message is built out of line, off every call's path.
 inline void check_arity(const char* op, uint64_t num_args, uint64_t args, uint64_t num_outputs,
                         uint64_t outputs) {
-  if (num_args != args || num_outputs != outputs) {
-    throw std::runtime_error(std::string(op) + ": the boxed entry takes " + std::to_string(args) +
-                             " arguments and " + std::to_string(outputs) +
-                             " results, the dispatcher passed " + std::to_string(num_args) +
-                             " and " + std::to_string(num_outputs));
+  if (__builtin_expect(num_args != args || num_outputs != outputs, 0)) {
+    fail_arity(op, num_args, args, num_outputs, outputs);
   }
 }
 
 // A tensor argument: the handle the caller made for this call, now the entry's to delete.
-inline OwnedTensor tensor(StableIValue value) {
-  return OwnedTensor(torch::stable::detail::to<AtenTensorHandle>(value));
+inline OwnedTensor tensor(StableIValue boxed) {
+  return OwnedTensor(torch::stable::detail::to<AtenTensorHandle>(boxed));
 }
 
 // A non-tensor argument (double, bool, int64_t, std::string).
 template <class T>
-T value(StableIValue value) {
-  return torch::stable::detail::to<T>(value);
+T value(StableIValue boxed) {
+  return torch::stable::detail::to<T>(boxed);
 }
 
 // A result, its handle handed to the caller.
