@@ -1,0 +1,39 @@
+"""What the remote-execution scripts run: Bazel in an output base of their choosing, and the
+farm (tools/remote_exec/farm). Each failure raises RunError, one line naming what failed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BAZEL = ROOT / "tools" / "bazel"
+FARM = ROOT / "tools" / "remote_exec" / "farm"
+
+
+class RunError(Exception):
+    pass
+
+
+def bazel(output_base: Path | None, args: list[str], log_file: Path) -> str:
+    """Runs tools/bazel in the checkout (in output_base when given) and returns what it printed,
+    which log_file keeps."""
+    startup = [f"--output_base={output_base}"] if output_base else []
+    with open(log_file, "w") as out:
+        result = subprocess.run(
+            [str(BAZEL), *startup, *args], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+        )
+    text = log_file.read_text(errors="replace")
+    if result.returncode != 0:
+        errors = [line for line in text.splitlines() if line.startswith("ERROR")]
+        raise RunError(f"bazel {args[0]} failed: {errors[0] if errors else log_file}")
+    return text
+
+
+def farm(*args: str) -> None:
+    """Runs `farm ARGS...`."""
+    result = subprocess.run([sys.executable, str(FARM), *args], capture_output=True, text=True)
+    if result.returncode != 0:
+        lines = result.stderr.strip().splitlines()
+        raise RunError(f"farm {args[0]} failed: {lines[-1] if lines else result.returncode}")
