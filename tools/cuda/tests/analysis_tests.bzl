@@ -1,4 +1,4 @@
-"""Analysis tests of the CUDA rules: the archs flag, and when an op library links CUDA.
+"""Analysis tests of the CUDA rules: the archs flag, where nvcc comes from, and when an op library links CUDA.
 
 The expected -gencode flags are written from nvcc's documented meaning of each
 spec (one -gencode per PTX architecture and code), not from the rule's output.
@@ -76,6 +76,40 @@ real_arch_before_colon_test = analysistest.make(
     expect_failure = True,
     config_settings = {_ARCHS: "sm_80:sm_80"},
 )
+
+# What a CUDA compile may take from the machine that runs it: the C++
+# toolchain's own tools and GCC's built-in headers (a worker image has them at
+# these paths, docs/remote-execution.md), and the nvcc wrapper's scratch
+# folder. Everything else, nvcc first, must be an input of the action.
+_MACHINE_PATHS = ["/usr/bin/", "/usr/lib/gcc/", "/tmp/"]
+
+def _hermetic_compile_test_impl(ctx):
+    env = analysistest.begin(ctx)
+    actions = [a for a in analysistest.target_actions(env) if a.mnemonic == "CudaCompile"]
+    asserts.true(env, len(actions) > 0, "no CudaCompile action")
+    for action in actions:
+        inputs = {f.path: True for f in action.inputs.to_list()}
+
+        # The wrapper's own arguments are nm, objcopy and the object; then nvcc.
+        nvcc = action.argv[4]
+        asserts.true(env, nvcc.endswith("/bin/nvcc"), "argv[4] is not nvcc: " + nvcc)
+        asserts.true(env, nvcc in inputs, "nvcc ({}) is not an input of the compile".format(nvcc))
+        for name in ["nvvm/bin/cicc", "bin/ptxas", "include/cuda_runtime.h"]:
+            path = nvcc.removesuffix("bin/nvcc") + name
+            asserts.true(env, path in inputs, "{} is not an input of the compile".format(path))
+        for arg in action.argv:
+            for path in [arg] + arg.split("=")[1:]:
+                if path.startswith("/"):
+                    asserts.true(
+                        env,
+                        [p for p in _MACHINE_PATHS if path.startswith(p)] != [],
+                        "a path outside the action's inputs: " + arg,
+                    )
+    return analysistest.end(env)
+
+# Every file nvcc runs or reads is an input: a remote worker needs no CUDA
+# toolkit of its own, and the compile cannot pick up the host's.
+hermetic_compile_test = analysistest.make(_hermetic_compile_test_impl)
 
 def archs_test_suite(name, target_under_test, target_compatible_with):
     """The archs tests, each on target_under_test (a cuda_objects or cuda_library target).

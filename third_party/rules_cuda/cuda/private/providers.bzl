@@ -78,7 +78,8 @@ CudaInfo = provider(
 CudaToolkitInfo = provider(
     doc = "The toolkit the @cuda repository found (this module's own; upstream uses a toolchain).",
     fields = {
-        "nvcc": "string: absolute path of nvcc; empty when no toolkit was found",
+        "nvcc": "string: nvcc's path, absolute on the host or execroot-relative in a deliverable toolkit; empty when no toolkit was found",
+        "files": "depset of File: the toolkit's files every compile takes as inputs (empty for a host toolkit)",
         "version": "string: the toolkit version, for example '13.0'",
         "host_glibc": "string: the host's glibc, for example '2.43'; empty when unknown",
         "overlay_include": "string or None: an include directory searched before the toolkit's",

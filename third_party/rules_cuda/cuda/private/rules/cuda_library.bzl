@@ -111,7 +111,7 @@ def _compile(ctx, cc_toolchain):
 
     inputs = depset(
         ctx.files.srcs + ctx.files.hdrs,
-        transitive = [compilation_context.headers, cc_toolchain.all_files] +
+        transitive = [compilation_context.headers, cc_toolchain.all_files, toolkit.files] +
                      ([toolkit.overlay_files] if overlay_include else []),
     )
     objects = []
