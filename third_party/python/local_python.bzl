@@ -1,9 +1,18 @@
-"""The machine's CPython 3.11 as the Python toolchain.
+"""The machine's CPython 3.11 as the Python toolchain, and a remote worker's.
 
 rules_python would otherwise download a standalone interpreter from GitHub,
 which these machines cannot reach. The lock in requirements_lock.txt targets
 CPython 3.11, so any other version is refused with a clear error.
+
+:toolchain is the interpreter this machine runs (MY_OPS_PYTHON, else python3
+on PATH), wherever it is installed. :worker_toolchain is the one a remote
+worker's image has: Debian 12's python3.11 package, /usr/bin/python3.11.
+--config=remote_exec selects it (.bazelrc), so that no action sent to a
+worker names a path only this machine has.
 """
+
+# Debian 12 (bookworm)'s python3.11-minimal: what a worker image installs.
+_WORKER_INTERPRETER = "/usr/bin/python3.11"
 
 _WANT = (3, 11)
 
@@ -29,6 +38,24 @@ py_runtime_pair(
 toolchain(
     name = "toolchain",
     toolchain = ":runtime_pair",
+    toolchain_type = "@rules_python//python:toolchain_type",
+)
+
+py_runtime(
+    name = "worker_runtime",
+    interpreter_path = "{worker_interpreter}",
+    python_version = "PY3",
+    stub_shebang = "#!{worker_interpreter}",
+)
+
+py_runtime_pair(
+    name = "worker_runtime_pair",
+    py3_runtime = ":worker_runtime",
+)
+
+toolchain(
+    name = "worker_toolchain",
+    toolchain = ":worker_runtime_pair",
     toolchain_type = "@rules_python//python:toolchain_type",
 )
 """
@@ -58,7 +85,7 @@ def _local_python_impl(rctx):
             _WANT[1],
         ))
     rctx.symlink(executable, "python3")
-    rctx.file("BUILD.bazel", _BUILD.format(interpreter = executable))
+    rctx.file("BUILD.bazel", _BUILD.format(interpreter = executable, worker_interpreter = _WORKER_INTERPRETER))
 
 local_python_repository = repository_rule(
     implementation = _local_python_impl,
