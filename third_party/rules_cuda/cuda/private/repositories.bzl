@@ -157,7 +157,8 @@ def _deliverable_cuda_toolkit_impl(rctx):
     info = _inspect_toolkit(rctx, str(rctx.path(".")))
     if info["root"] == None:
         fail("@{}: the components ({}) hold no bin/nvcc".format(rctx.name, ", ".join([str(c) for c in rctx.attr.components])))
-    if rctx.attr.version and not info["version"].startswith(rctx.attr.version):
+    release = ".".join(rctx.attr.version.split(".")[:2])
+    if release and info["version"] != release:
         fail("@{}: nvcc is CUDA {}, the toolkit tag says {}".format(rctx.name, info["version"], rctx.attr.version))
     rctx.file("BUILD.bazel", _BUILD.format(
         deliverable = _DELIVERABLE_FILES,
@@ -180,6 +181,6 @@ deliverable_cuda_toolkit = repository_rule(
     doc = "A toolkit merged from cuda_component repositories (the toolkit tag's components_mapping).",
     attrs = {
         "components": attr.label_list(doc = "Each component repository's BUILD.bazel."),
-        "version": attr.string(doc = "The CUDA release nvcc must report, for example '13.0'; empty checks nothing."),
+        "version": attr.string(doc = "The CUDA release nvcc must report, for example '13.0' (a patch level is ignored); empty checks nothing."),
     },
 )
