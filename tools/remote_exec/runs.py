@@ -31,6 +31,19 @@ def bazel(output_base: Path | None, args: list[str], log_file: Path) -> str:
     return text
 
 
+def query(output_base: Path | None, args: list[str], log_file: Path) -> str:
+    """Runs a tools/bazel query command (cquery, aquery) like bazel() and returns its standard
+    output, the answer; log_file keeps what it printed on standard error."""
+    startup = [f"--output_base={output_base}"] if output_base else []
+    with open(log_file, "w") as err:
+        result = subprocess.run(
+            [str(BAZEL), *startup, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=err, text=True
+        )
+    if result.returncode != 0:
+        raise RunError(f"bazel {args[0]} failed (see {log_file})")
+    return result.stdout
+
+
 def farm(*args: str) -> None:
     """Runs `farm ARGS...`."""
     result = subprocess.run([sys.executable, str(FARM), *args], capture_output=True, text=True)
