@@ -3,6 +3,7 @@ farm (tools/remote_exec/farm). Each failure raises RunError, one line naming wha
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,6 +43,18 @@ def query(output_base: Path | None, args: list[str], log_file: Path) -> str:
     if result.returncode != 0:
         raise RunError(f"bazel {args[0]} failed (see {log_file})")
     return result.stdout
+
+
+def delete_output_base(output_base: Path) -> None:
+    """Stops the Bazel server of output_base and deletes it: an output base holds an extracted
+    torch, never to be left behind. Bazel makes some of its files read-only."""
+    if not output_base.exists():
+        return
+    subprocess.run(
+        [str(BAZEL), f"--output_base={output_base}", "shutdown"], cwd=ROOT, capture_output=True
+    )
+    subprocess.run(["chmod", "-R", "u+w", str(output_base)], capture_output=True)
+    shutil.rmtree(output_base, ignore_errors=True)
 
 
 def farm(*args: str) -> None:
