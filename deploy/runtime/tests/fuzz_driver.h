@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -29,6 +30,18 @@ long run_inputs(long seconds, long max_inputs, One&& one) {
   long inputs = 0;
   while (inputs < max_inputs && std::chrono::steady_clock::now() < end) one(inputs++);
   return inputs;
+}
+
+// Whether a run that asked for a count of inputs (--inputs) got them all: one that its time
+// ceiling (--seconds) cut short read other inputs than the fixed set it stands for. Says so on
+// stderr when it did not.
+inline bool read_every_input_asked(int argc, char** argv, const char* name, long inputs,
+                                   long max_inputs, long seconds) {
+  const bool asked = flag(argc, argv, "--inputs", -1) != -1;
+  if (!asked || inputs >= max_inputs) return true;
+  std::fprintf(stderr, "%s: %ld of the %ld inputs asked for (--inputs) in the %ld s allowed\n",
+               name, inputs, max_inputs, seconds);
+  return false;
 }
 
 // What reading one input may cost: a parser of outside data is linear in its input, so its time

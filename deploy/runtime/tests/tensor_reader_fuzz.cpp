@@ -271,6 +271,10 @@ int main(int argc, char** argv) {
     LLVMFuzzerTestOneInput(file.data(), file.size());
   });
   ::unlink(scratch_path().c_str());
+  if (!my_ops::deploy::detail::fuzzing::read_every_input_asked(argc, argv, "tensor_reader_fuzz",
+                                                               inputs, max_inputs, seconds)) {
+    return 1;
+  }
   std::printf("tensor_reader_fuzz: %ld inputs in at most %ld s (seed %lu), no defect found\n",
               inputs, seconds, static_cast<unsigned long>(seed));
   return 0;

@@ -270,6 +270,10 @@ int main(int argc, char** argv) {
       std::abort();
     }
   });
+  if (!my_ops::deploy::detail::fuzzing::read_every_input_asked(argc, argv, "weights_manifest_fuzz",
+                                                               inputs, max_inputs, seconds)) {
+    return 1;
+  }
   std::printf(
       "weights_manifest_fuzz: %ld inputs (%ld accepted, the largest %zu bytes) in at most %ld s "
       "(seed %lu), each read within %.2f us per byte, no defect found\n",
