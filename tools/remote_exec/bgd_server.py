@@ -13,10 +13,10 @@ input fails the job on the worker instead (INTERNAL, "Tree is not completely ava
 LocalCAS"). This launcher checks the Action, its Command and every blob of its input tree before
 the job is queued; a job that fails on its worker anyway (its blobs evicted while it was queued)
 is answered the same way when its blobs are missing; then it runs BuildGrid's own command
-line. An action
-whose inputs alone are larger than what the store keeps when it evicts (--store-keeps, casd's
---quota-low) would be evicted while it is uploaded, again and again: it is refused without
-details, so that Bazel stops at once with that message instead of uploading it again.
+line. An action whose inputs alone are larger than what the store keeps when it evicts
+(--store-keeps, casd's --quota-low) would be evicted while it is uploaded, again and again: it
+is refused without details, so that Bazel stops at once with that message instead of uploading
+it again.
 
 It runs with the farm's virtual environment's Python (tools/remote_exec/farm starts it), and
 prints one line to standard error for each answer it gives, which the farm's bgd.log keeps.
