@@ -43,6 +43,7 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import importlib.util
 import json
 import os
 import shutil
@@ -270,14 +271,31 @@ class Cache:
         return removed
 
 
+def _has_bytecode_beside(module: str) -> bool:
+    """Whether `module` (not imported) has its bytecode in the __pycache__ beside it, as a
+    Bazel build's wheels do (third_party/python/bytecode.bzl)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return False
+    name = os.path.basename(spec.origin)[: -len(".py")]
+    cache_tag = sys.implementation.cache_tag
+    beside = os.path.join(os.path.dirname(spec.origin), "__pycache__", f"{name}.{cache_tag}.pyc")
+    return os.path.isfile(beside)
+
+
 @contextlib.contextmanager
 def bytecode_in(folder: str) -> Iterator[None]:
     """Write and read Python bytecode under `folder` for modules imported from now on.
 
     Environments that set PYTHONDONTWRITEBYTECODE (many container images) make
     every run compile torch's Python from source, about half of an export's
-    import time; the prefix keeps the bytecode out of the source trees.
+    import time; the prefix keeps the bytecode out of the source trees. Where
+    torch's bytecode is already beside its sources, nothing changes: with a
+    prefix set, Python would read bytecode from the prefix only.
     """
+    if _has_bytecode_beside("torch"):
+        yield
+        return
     saved = sys.dont_write_bytecode, sys.pycache_prefix
     sys.dont_write_bytecode, sys.pycache_prefix = False, folder
     try:

@@ -9,12 +9,13 @@ import hashlib
 import json
 import multiprocessing
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from deploy.exporter.cache import Cache, default_dir, digest
+from deploy.exporter.cache import Cache, bytecode_in, default_dir, digest
 
 
 def _package(path: Path, content: bytes) -> str:
@@ -220,3 +221,26 @@ def test_compile_outputs_stay_while_another_export_holds_the_cache(tmp_path):
     finally:
         other.__exit__(None, None, None)
     assert not output.exists()
+
+
+def _fake_module(root: Path, name: str, with_bytecode: bool) -> None:
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text("")
+    if with_bytecode:
+        cache = root / name / "__pycache__"
+        cache.mkdir()
+        (cache / f"__init__.{sys.implementation.cache_tag}.pyc").write_bytes(b"")
+
+
+@pytest.mark.parametrize("with_bytecode", [False, True])
+def test_bytecode_goes_to_the_cache_unless_torch_has_its_own(monkeypatch, tmp_path, with_bytecode):
+    # A fake "torch" first on sys.path, not imported: only where its bytecode is.
+    _fake_module(tmp_path / "path", "torch", with_bytecode)
+    monkeypatch.syspath_prepend(str(tmp_path / "path"))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    with bytecode_in(str(tmp_path / "cache")):
+        inside = sys.dont_write_bytecode, sys.pycache_prefix
+    assert inside == ((True, None) if with_bytecode else (False, str(tmp_path / "cache")))
+    assert (sys.dont_write_bytecode, sys.pycache_prefix) == (True, None)

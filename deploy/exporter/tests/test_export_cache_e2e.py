@@ -6,8 +6,8 @@ tests share //deploy:signed_package and //deploy:default_package instead of
 exporting.
 
 One test, in order, because each step needs the cache the previous one left
-(three compiles of the default model, two of them concurrent: a few minutes
-on 2 cores). Whether a compiler ran is read from the compiler wrapper's log
+(three untuned compiles of the default model, two of them concurrent: about
+two minutes on 2 cores). Whether a compiler ran is read from the compiler wrapper's log
 (MY_OPS_COMPILE_LOG), not from the exporter's own words.
 """
 
@@ -32,8 +32,19 @@ def _sha256(path: Path) -> str:
 
 
 def _export(out: Path, cache: Path, tmp: Path, *flags: str, **env: str) -> subprocess.Popen:
+    # Untuned: what is cached and shared does not depend on the mode, and tuning would
+    # add its candidate builds to each of the three compiles (the tuned default model is
+    # //deploy:tuned_package, which weights_test runs).
     return subprocess.Popen(
-        [*export_command(), "--out", str(out), "--cache-dir", str(cache), *flags],
+        [
+            *export_command(),
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(cache),
+            "--mode=no-autotune",
+            *flags,
+        ],
         env=child_env(tmp) | env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
