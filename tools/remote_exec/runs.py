@@ -45,16 +45,31 @@ def query(output_base: Path | None, args: list[str], log_file: Path) -> str:
     return result.stdout
 
 
-def delete_output_base(output_base: Path) -> None:
+def delete_output_base(output_base: Path, then_delete: Path | None = None) -> None:
     """Stops the Bazel server of output_base and deletes it: an output base holds an extracted
-    torch, never to be left behind. Bazel makes some of its files read-only."""
-    if not output_base.exists():
+    torch, never to be left behind. Bazel makes some of its files read-only.
+
+    With then_delete (a folder holding output_base), that folder is deleted too, in a process
+    of its own session: the caller goes on at once (an output base with torch's wheels took
+    half a minute to delete), and the end of a CI job does not cut the deletion short."""
+    if output_base.exists():
+        subprocess.run(
+            [str(BAZEL), f"--output_base={output_base}", "shutdown"], cwd=ROOT, capture_output=True
+        )
+    doomed = then_delete or output_base
+    if not doomed.exists():
         return
-    subprocess.run(
-        [str(BAZEL), f"--output_base={output_base}", "shutdown"], cwd=ROOT, capture_output=True
+    if then_delete is None:
+        subprocess.run(["chmod", "-R", "u+w", str(output_base)], capture_output=True)
+        shutil.rmtree(output_base, ignore_errors=True)
+        return
+    subprocess.Popen(
+        ["sh", "-c", 'chmod -R u+w "$1"; rm -rf "$1"', "delete", str(doomed)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
-    subprocess.run(["chmod", "-R", "u+w", str(output_base)], capture_output=True)
-    shutil.rmtree(output_base, ignore_errors=True)
 
 
 def farm(*args: str) -> None:
