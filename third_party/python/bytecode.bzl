@@ -4,7 +4,7 @@ Python compiles a module it imports unless it finds the module's bytecode in
 the __pycache__ folder beside it. A wheel unpacked by rules_python has none,
 and tests run with bytecode writing off (tools/pytest), so every Python
 process a test started compiled torch's modules again: `import torch` took
-3.7 s instead of 1.9 s, and CI starts hundreds of them. The annotations in
+3.9 s instead of 2.2 s, and CI starts hundreds of them. The annotations in
 MODULE.bazel add a py_bytecode target to each heavy wheel's repository and
 its output to the wheel's py_library data, so that the bytecode is in every
 runfiles tree beside the sources.
