@@ -56,7 +56,13 @@ def missing_blobs(storage, action_digest: Digest) -> tuple[list[Digest], int]:
     """The blobs of an action that storage lacks (the Action, its Command, the input tree's
     directories and files), and what its input files take in the store, in bytes (a file
     that is in the tree twice is one blob). The Command and the tree can only be read once
-    the Action is there: a missing Action is reported alone."""
+    the Action is there: a missing Action is reported alone.
+
+    Never the empty blob (an empty file, an empty directory): the Remote Execution API has a
+    server treat it as always present, and Bazel never uploads it. casd stores it like any blob
+    once a worker's output is empty, so an eviction can delete it; named missing, Bazel
+    "uploaded" it (skipping it) until its retries ran out, on a wheel's bytecode action whose
+    inputs have empty __init__.py files."""
     action = storage.get_message(action_digest, Action)
     if action is None:
         return [action_digest], 0
@@ -69,7 +75,7 @@ def missing_blobs(storage, action_digest: Digest) -> tuple[list[Digest], int]:
     # get_tree skips the subdirectories it cannot read; asking for every child finds them.
     children = {c.digest.hash: c.digest for d in directories for c in d.directories}
     files = {f.digest.hash: f.digest for d in directories for f in d.files}
-    wanted = list(children.values()) + list(files.values())
+    wanted = [d for d in [*children.values(), *files.values()] if d.size_bytes > 0]
     missing = storage.missing_blobs(wanted) if wanted else []
     return list(missing), sum(d.size_bytes for d in files.values())
 
@@ -81,9 +87,10 @@ def log(message: str) -> None:
 def missing_status(action_digest: Digest, missing: list[Digest]) -> status_pb2.Status:
     """FAILED_PRECONDITION with a PreconditionFailure naming each missing blob (type MISSING,
     subject blobs/HASH/SIZE), as the Remote Execution API has a server answer for them."""
+    named = ", ".join(f"{d.hash[:12]}/{d.size_bytes}" for d in missing[:3])
     log(
-        f"missing blobs: {len(missing)} of action {action_digest.hash}, "
-        "answered FAILED_PRECONDITION (MISSING)"
+        f"missing blobs: {len(missing)} of action {action_digest.hash} ({named}"
+        f"{', ...' if len(missing) > 3 else ''}), answered FAILED_PRECONDITION (MISSING)"
     )
     failure = error_details_pb2.PreconditionFailure()
     for digest in missing:
@@ -148,8 +155,9 @@ def install(store_keeps: int) -> None:
 
 
 def probe(endpoint: str) -> int:
-    """Asks the server at endpoint to execute an action whose input tree lacks one file: the
-    answer must be FAILED_PRECONDITION naming that file's blob as MISSING, and only it."""
+    """Asks the server at endpoint to execute an action whose input tree lacks one file, and
+    holds an empty file and an empty directory that no client uploads: the answer must be
+    FAILED_PRECONDITION naming the missing file's blob as MISSING, and only it."""
     reapi = remote_execution_pb2
 
     def digest(blob: bytes) -> Digest:
@@ -158,7 +166,11 @@ def probe(endpoint: str) -> int:
     absent = b"a blob no client uploaded: my_ops farm probe"
     command = Command(arguments=["/bin/true"]).SerializeToString()
     root = reapi.Directory(
-        files=[reapi.FileNode(name="absent", digest=digest(absent))]
+        directories=[reapi.DirectoryNode(name="empty_dir", digest=digest(b""))],
+        files=[
+            reapi.FileNode(name="absent", digest=digest(absent)),
+            reapi.FileNode(name="empty", digest=digest(b"")),
+        ],
     ).SerializeToString()
     action = Action(
         command_digest=digest(command), input_root_digest=digest(root), do_not_cache=True
@@ -188,7 +200,10 @@ def probe(endpoint: str) -> int:
                     if detail.Unpack(failure):
                         violations += [(v.type, v.subject) for v in failure.violations]
         if e.code() == grpc.StatusCode.FAILED_PRECONDITION and violations == want:
-            print(f"probe: {endpoint} names a missing input blob as the Remote Execution API says")
+            print(
+                f"probe: {endpoint} names a missing input blob as the Remote Execution API says,"
+                " and not the empty blob"
+            )
             return 0
         got = f"{e.code().name} with violations {violations}"
     print(f"probe: {endpoint} answered an action with a missing input with {got}", file=sys.stderr)
@@ -198,9 +213,11 @@ def probe(endpoint: str) -> int:
 def blobs_in_use(store: str, action_digests: list[str]) -> int:
     """Prints the hashes of every blob the actions (HASH/SIZE each) need from the store at
     `store` (a gRPC address: unix:PATH for casd): their Action, Command and input tree. `farm
-    evict` keeps these for the jobs on a worker."""
+    evict` keeps these for the jobs on a worker, and the empty blob whatever they use (an
+    empty input is never uploaded, so a worker must find it in the store)."""
     channel = grpc.insecure_channel(store)
     cas = remote_execution_pb2_grpc.ContentAddressableStorageStub(channel)
+    print(HASH(b"").hexdigest())
     for text in action_digests:
         hash_, size = text.split("/")
         action_digest = Digest(hash=hash_, size_bytes=int(size))
