@@ -84,22 +84,33 @@ def log(message: str) -> None:
     print(f"bgd_server: {message}", file=sys.stderr, flush=True)
 
 
+# At most this many missing blobs are named in one answer. The answer travels in a gRPC
+# trailer (grpc-status-details-bin, base64), and a client drops the connection on a trailer
+# over its header limit: Bazel's did at 10 KiB ("Header size exceeded max allowed size"),
+# failing the build with "INTERNAL: http2 exception", for a compile that lacked hundreds of
+# LibTorch headers after an eviction. About 130 bytes a blob once encoded; Bazel uploads every
+# input the store lacks on its retry, not only those named.
+MAX_NAMED_BLOBS = 40
+
+
 def missing_status(action_digest: Digest, missing: list[Digest]) -> status_pb2.Status:
     """FAILED_PRECONDITION with a PreconditionFailure naming each missing blob (type MISSING,
-    subject blobs/HASH/SIZE), as the Remote Execution API has a server answer for them."""
+    subject blobs/HASH/SIZE), as the Remote Execution API has a server answer for them; the
+    first MAX_NAMED_BLOBS of them, when more are missing."""
     named = ", ".join(f"{d.hash[:12]}/{d.size_bytes}" for d in missing[:3])
     log(
         f"missing blobs: {len(missing)} of action {action_digest.hash} ({named}"
         f"{', ...' if len(missing) > 3 else ''}), answered FAILED_PRECONDITION (MISSING)"
     )
     failure = error_details_pb2.PreconditionFailure()
-    for digest in missing:
+    for digest in missing[:MAX_NAMED_BLOBS]:
         failure.violations.add(type="MISSING", subject=f"blobs/{digest.hash}/{digest.size_bytes}")
+    named = f" (the first {MAX_NAMED_BLOBS} named)" if len(missing) > MAX_NAMED_BLOBS else ""
     status = status_pb2.Status(
         code=code_pb2.FAILED_PRECONDITION,
         message=(
             f"{len(missing)} blob(s) of action {action_digest.hash}/{action_digest.size_bytes} "
-            "are not in the farm's store; upload them again"
+            f"are not in the farm's store{named}; upload them again"
         ),
     )
     status.details.add().Pack(failure)
@@ -155,59 +166,80 @@ def install(store_keeps: int) -> None:
 
 
 def probe(endpoint: str) -> int:
-    """Asks the server at endpoint to execute an action whose input tree lacks one file, and
-    holds an empty file and an empty directory that no client uploads: the answer must be
-    FAILED_PRECONDITION naming the missing file's blob as MISSING, and only it."""
+    """Asks the server at endpoint to execute two actions. The first's input tree lacks one
+    file and holds an empty file and an empty directory that no client uploads: the answer must
+    be FAILED_PRECONDITION naming the missing file's blob as MISSING, and only it. The second
+    lacks 500 files: the answer must name MAX_NAMED_BLOBS of them, in a trailer the client
+    takes (all 500 made one over a client's header limit)."""
     reapi = remote_execution_pb2
 
     def digest(blob: bytes) -> Digest:
         return Digest(hash=HASH(blob).hexdigest(), size_bytes=len(blob))
 
-    absent = b"a blob no client uploaded: my_ops farm probe"
-    command = Command(arguments=["/bin/true"]).SerializeToString()
-    root = reapi.Directory(
-        directories=[reapi.DirectoryNode(name="empty_dir", digest=digest(b""))],
-        files=[
-            reapi.FileNode(name="absent", digest=digest(absent)),
-            reapi.FileNode(name="empty", digest=digest(b"")),
-        ],
-    ).SerializeToString()
-    action = Action(
-        command_digest=digest(command), input_root_digest=digest(root), do_not_cache=True
-    ).SerializeToString()
     channel = grpc.insecure_channel(endpoint)
     cas = remote_execution_pb2_grpc.ContentAddressableStorageStub(channel)
-    uploads = reapi.BatchUpdateBlobsRequest(
-        requests=[
-            reapi.BatchUpdateBlobsRequest.Request(digest=digest(blob), data=blob)
-            for blob in (command, root, action)
-        ]
-    )
-    if any(r.status.code != code_pb2.OK for r in cas.BatchUpdateBlobs(uploads).responses):
-        print("probe: the store refused the probe's blobs", file=sys.stderr)
-        return 1
     execution = remote_execution_pb2_grpc.ExecutionStub(channel)
-    want = [("MISSING", f"blobs/{digest(absent).hash}/{len(absent)}")]
-    try:
-        next(iter(execution.Execute(reapi.ExecuteRequest(action_digest=digest(action)))))
-        got = "an operation (the action was queued)"
-    except grpc.RpcError as e:
-        violations = []
-        for key, value in e.trailing_metadata() or ():
-            if key == "grpc-status-details-bin":
-                for detail in status_pb2.Status.FromString(value).details:
-                    failure = error_details_pb2.PreconditionFailure()
-                    if detail.Unpack(failure):
-                        violations += [(v.type, v.subject) for v in failure.violations]
-        if e.code() == grpc.StatusCode.FAILED_PRECONDITION and violations == want:
-            print(
-                f"probe: {endpoint} names a missing input blob as the Remote Execution API says,"
-                " and not the empty blob"
-            )
-            return 0
-        got = f"{e.code().name} with violations {violations}"
-    print(f"probe: {endpoint} answered an action with a missing input with {got}", file=sys.stderr)
-    return 1
+
+    def answer(files: dict[str, bytes]) -> tuple[str, list[tuple[str, str]]]:
+        """Uploads an action whose input tree holds `files` (their blobs left out) and an empty
+        directory; returns the status the server answered Execute with and its violations."""
+        command = Command(arguments=["/bin/true"]).SerializeToString()
+        root = reapi.Directory(
+            directories=[reapi.DirectoryNode(name="empty_dir", digest=digest(b""))],
+            files=[reapi.FileNode(name=n, digest=digest(b)) for n, b in sorted(files.items())],
+        ).SerializeToString()
+        action = Action(
+            command_digest=digest(command), input_root_digest=digest(root), do_not_cache=True
+        ).SerializeToString()
+        uploads = reapi.BatchUpdateBlobsRequest(
+            requests=[
+                reapi.BatchUpdateBlobsRequest.Request(digest=digest(blob), data=blob)
+                for blob in (command, root, action)
+            ]
+        )
+        if any(r.status.code != code_pb2.OK for r in cas.BatchUpdateBlobs(uploads).responses):
+            return "the store refused the probe's blobs", []
+        try:
+            next(iter(execution.Execute(reapi.ExecuteRequest(action_digest=digest(action)))))
+            return "an operation (the action was queued)", []
+        except grpc.RpcError as e:
+            violations = []
+            for key, value in e.trailing_metadata() or ():
+                if key == "grpc-status-details-bin":
+                    for detail in status_pb2.Status.FromString(value).details:
+                        failure = error_details_pb2.PreconditionFailure()
+                        if detail.Unpack(failure):
+                            violations += [(v.type, v.subject) for v in failure.violations]
+            return e.code().name, violations
+
+    absent = b"a blob no client uploaded: my_ops farm probe"
+    got = answer({"absent": absent, "empty": b""})
+    if got != ("FAILED_PRECONDITION", [("MISSING", f"blobs/{digest(absent).hash}/{len(absent)}")]):
+        print(
+            f"probe: {endpoint} answered an action with a missing input and an empty one "
+            f"with {got[0]} and violations {got[1]}",
+            file=sys.stderr,
+        )
+        return 1
+    many = {f"absent_{i}": b"my_ops farm probe, blob %d" % i for i in range(500)}
+    subjects = {f"blobs/{digest(b).hash}/{len(b)}" for b in many.values()}
+    code, violations = answer(many)
+    if (
+        code != "FAILED_PRECONDITION"
+        or len(violations) != MAX_NAMED_BLOBS
+        or not all(t == "MISSING" and subject in subjects for t, subject in violations)
+    ):
+        print(
+            f"probe: {endpoint} answered an action with 500 missing inputs with {code} and "
+            f"{len(violations)} violation(s), not {MAX_NAMED_BLOBS} of them",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"probe: {endpoint} names missing input blobs as the Remote Execution API says "
+        f"(at most {MAX_NAMED_BLOBS} an answer), never the empty blob"
+    )
+    return 0
 
 
 def blobs_in_use(store: str, action_digests: list[str]) -> int:
