@@ -76,7 +76,16 @@ def read_manifest(path: Path, contract: Contract) -> dict[str, Any]:
         isinstance(lib, dict) and isinstance(lib.get("sha256"), str) for lib in libs
     ):
         broken("has no op_libraries list of sha256 sums")
+    # As the loader reads them; a value from the file is then safe to name in a message.
+    if not _is_sha256_hex(package["sha256"]):
+        broken("is broken: the package's sha256 must be 64 lowercase hex digits")
+    if not all(_is_sha256_hex(lib["sha256"]) for lib in libs):
+        broken("is broken: each op library's sha256 must be 64 lowercase hex digits")
     return data
+
+
+def _is_sha256_hex(value: str) -> bool:
+    return len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 def check_names(files: dict[str, Path], contract: Contract) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import EXIT_CODES, absolute_from_env
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from deploy.bundle.check import BundleError, check_export
@@ -221,8 +221,42 @@ _MANIFESTS = st.fixed_dictionaries(
 ).map(lambda m: json.dumps(m).encode()) | st.binary(max_size=64)
 
 
+@pytest.mark.parametrize(
+    ("package_sha256", "library_sha256"),
+    [
+        ("\n", "0" * 64),  # what a CI run's fuzzing drew: the error took two lines
+        ("a" * 63 + "\n", "0" * 64),
+        ("A" * 64, "0" * 64),
+        ("0" * 64, "\u202egnp.exe"),
+    ],
+)
+def test_a_sha256_that_is_not_64_lowercase_hex_digits_is_refused_in_one_line(
+    tmp_path: Path, package_sha256: str, library_sha256: str
+) -> None:
+    # As the loader reads a manifest ('sha256' must be 64 lowercase hex digits): the value is
+    # never echoed, so an error stays one line whatever the file holds.
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "package": {"file": "model.pt2", "sha256": package_sha256},
+        "op_libraries": [{"file": "libmy_ops.so", "sha256": library_sha256}],
+    }
+    files = {}
+    for name in CONTRACT.export_files:
+        files[name] = tmp_path / name
+        files[name].write_bytes(b"stand-in")
+    files["manifest.json"].write_text(json.dumps(manifest))
+    ops = tmp_path / "libmy_ops.so"
+    ops.write_bytes(b"library")
+    with pytest.raises(BundleError) as caught:
+        check_export(files, ops)
+    assert caught.value.code == EXIT_MISMATCH
+    assert "must be 64 lowercase hex digits" in str(caught.value)
+    assert str(caught.value).isprintable(), str(caught.value)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=_MANIFESTS)
+@example(data=b'{"format": "my_ops.manifest/2", "op_libraries": [], "package": {"sha256": "\\n"}}')
 def test_fuzzed_manifest_is_refused_in_one_error(tmp_path_factory, data: bytes) -> None:
     root = tmp_path_factory.mktemp("fuzz")
     files = {}
