@@ -18,7 +18,7 @@ from .cache import DEFAULT_MAX_MB
 from .cache import default_dir as default_cache_dir
 from .cross import HOST_TARGET
 from .errors import EXIT_USAGE, ExportError
-from .options import DEFAULT_MAX_BATCH, CacheOptions, Options
+from .options import DEFAULT_MAX_BATCH, DEFAULT_QUANTIZE_GROUP_SIZE, CacheOptions, Options
 from .pipeline import run
 
 # The parameters below by the Options field each sets, where the names differ.
@@ -69,6 +69,10 @@ def export(
     signing_key: str | os.PathLike[str] | None = None,
     base: str | os.PathLike[str] | None = None,
     profile_compile: bool = False,
+    quantize: str | None = None,
+    quantize_skip: Sequence[str] = (),
+    quantize_group_size: int = DEFAULT_QUANTIZE_GROUP_SIZE,
+    min_cosine: float | None = None,
 ) -> Exported:
     """Export `model` (a torch.nn.Module that may call my_ops) to an AOTInductor package in
     `out`, verified against the model in eager, as `my-ops-export` does.
@@ -82,7 +86,10 @@ def export(
     and `profile_compile` are the flags of the same names (`my-ops-export --help`); `cache`
     False is --no-cache; `inductor_options` maps torch._inductor.config keys to Python
     literals. With `base` (a previous export's folder), only a weights file for its package
-    is written (--weights-only).
+    is written (--weights-only). `quantize` ("int8" or "int4"), `quantize_skip` and
+    `min_cosine` are --quantize, --quantize-skip and --min-cosine; `quantize_group_size` is
+    int4's group size (a multiple of 32). The model itself is left float: the export
+    quantizes a copy.
 
     The model's training flag, the process's environment variables, temporary folder,
     loggers and Inductor settings are as they were on return; a `device="cuda"` export moves
@@ -133,6 +140,10 @@ def export(
         signing_key=_path("signing_key", signing_key) if signing_key is not None else None,
         weights_only=base is not None,
         base=_path("base", base) if base is not None else None,
+        quantize=quantize,
+        quantize_skip=_patterns(quantize_skip),
+        quantize_group_size=quantize_group_size,
+        min_cosine=min_cosine,
     )
     spec = types.SimpleNamespace(
         module=model,
@@ -145,6 +156,19 @@ def export(
     )
     times = run(options, lambda _max_batch: spec, _parameter)
     return Exported(out=Path(options.out), times=dict(times))
+
+
+def _patterns(value: Any) -> tuple[str, ...]:
+    if (
+        isinstance(value, str)
+        or not isinstance(value, Sequence)
+        or not all(isinstance(p, str) for p in value)
+    ):
+        raise ExportError(
+            f"quantize_skip must be a sequence of fnmatch patterns (str), got {value!r}",
+            EXIT_USAGE,
+        )
+    return tuple(value)
 
 
 def _path(name: str, value: Any) -> str:

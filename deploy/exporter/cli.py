@@ -19,6 +19,7 @@ from .cache import default_dir as default_cache_dir
 from .compile import MAX_AUTOTUNE, MODES, NO_AUTOTUNE
 from .cross import HOST_TARGET, TARGETS
 from .errors import (
+    EXIT_ACCURACY,
     EXIT_FAILURE,
     EXIT_INTERRUPTED,
     EXIT_NOT_BASE_ARCHITECTURE,
@@ -27,7 +28,16 @@ from .errors import (
     ExportError,
 )
 from .model import DEFAULT_MODEL
-from .options import DEFAULT_MAX_BATCH, DEVICES, ISAS, CacheOptions, Options, checked
+from .options import (
+    DEFAULT_MAX_BATCH,
+    DEFAULT_MIN_COSINE,
+    DEVICES,
+    ISAS,
+    QUANTIZE_SCHEMES,
+    CacheOptions,
+    Options,
+    checked,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,7 +78,8 @@ def argument_parser() -> argparse.ArgumentParser:
         f"{EXIT_USAGE} on bad usage, {EXIT_OUT_REFUSED} when --out may not be replaced "
         f"(nothing is touched), {EXIT_NOT_BASE_ARCHITECTURE} when --weights-only is given a "
         "model whose architecture differs from --base's or a --base whose weights are frozen "
-        f"into it, {EXIT_INTERRUPTED} when interrupted, {EXIT_FAILURE} on any other failure "
+        f"into it, {EXIT_ACCURACY} when --quantize's model falls below --min-cosine, "
+        f"{EXIT_INTERRUPTED} when interrupted, {EXIT_FAILURE} on any other failure "
         "(one line on stderr); the numbers mean the same for every program here "
         '(`loader --help` lists them all). An empty flag value (--signing-key "") is bad '
         "usage, never the same as leaving the flag out.",
@@ -209,6 +220,32 @@ def argument_parser() -> argparse.ArgumentParser:
         help="with --weights-only: the export whose package the weights are for (its "
         "model.pt2, manifest.json and architecture.json)",
     )
+    p.add_argument(
+        "--quantize",
+        choices=QUANTIZE_SCHEMES,
+        help="replace every nn.Linear of the model (a tied output projection included) by a "
+        "quantized linear op: int8 (int8 weights, one scale per output channel: "
+        "my_ops.linear_int8) or int4 (int4 weights, one scale per 32 in_features: "
+        "my_ops.linear_int4); both quantize activations per token to 8 bits on each call. "
+        "The quantized model is compared with the float one on the example inputs (cosine "
+        f"and largest difference printed); below --min-cosine the export stops with exit "
+        f"{EXIT_ACCURACY} and writes nothing. Default: the model as it is",
+    )
+    p.add_argument(
+        "--quantize-skip",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="with --quantize: leave the Linear layers whose qualified name matches PATTERN "
+        "(fnmatch: lm_head, *.attn.*) float; repeat for several",
+    )
+    p.add_argument(
+        "--min-cosine",
+        type=float,
+        metavar="X",
+        help="with --quantize: the lowest cosine between the quantized and the float model's "
+        f"outputs that is exported (default {DEFAULT_MIN_COSINE})",
+    )
     return p
 
 
@@ -260,6 +297,9 @@ def parse_args(argv: Sequence[str] | None) -> Options | KeyCommand:
         signing_key=user_path(args.signing_key),
         weights_only=args.weights_only,
         base=user_path(args.base),
+        quantize=args.quantize,
+        quantize_skip=tuple(args.quantize_skip),
+        min_cosine=args.min_cosine,
     )
     try:
         return checked(opts)

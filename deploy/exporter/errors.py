@@ -14,6 +14,8 @@ EXIT_USAGE = _CODES.exit_code("usage")
 EXIT_OUT_REFUSED = _CODES.exit_code("output_unwritable")
 # --weights-only: the model is not the base package's architecture.
 EXIT_NOT_BASE_ARCHITECTURE = _CODES.exit_code("not_base_architecture")
+# --quantize: the quantized model is further from the float model than --min-cosine allows.
+EXIT_ACCURACY = _CODES.exit_code("accuracy")
 # 128 + SIGINT, as a shell reports a program Ctrl-C stopped.
 EXIT_INTERRUPTED = 130
 

@@ -69,6 +69,10 @@ exports the ProxyExecutor calls instead.
 
 Custom models: --model package.module:factory, see deploy/default_model.py for
 the factory protocol.
+
+Quantization: --quantize int8|int4 exports a copy of the model whose nn.Linear layers
+are my_ops's quantized linear ops (my_ops.quantize), after comparing it with the float
+model on the example inputs (--min-cosine).
 """
 
 from __future__ import annotations
@@ -104,9 +108,15 @@ from .compile import (
     write_cxx_wrapper,
 )
 from .environment import ScopedEnvironment, forget_inductor_paths
-from .errors import EXIT_NOT_BASE_ARCHITECTURE, EXIT_USAGE, ExportError, first_line
+from .errors import (
+    EXIT_ACCURACY,
+    EXIT_NOT_BASE_ARCHITECTURE,
+    EXIT_USAGE,
+    ExportError,
+    first_line,
+)
 from .model import as_tuple, load_factory, make_spec, to_device
-from .options import CacheOptions, Options, checked, flag
+from .options import DEFAULT_MIN_COSINE, CacheOptions, Options, checked, flag
 from .output import check_out, missing_folders, publish, remove_empty, remove_work
 from .profile import print_profile
 from .program_calls import package_calls
@@ -176,9 +186,12 @@ def run(
         spec = make(opts.max_batch)
         module = spec.module
         was_training = module.training
-        env.on_restore(lambda: module.train(was_training))
+        given = module
+        env.on_restore(lambda: given.train(was_training))
         module = module.to(opts.device).eval()
         example = to_device(tuple(spec.example_inputs), opts.device)
+        if opts.quantize is not None:
+            module = _quantized(module, example, opts, spell, times)
         ep = _exported_program(module, example, spec.dynamic_shapes, times)
         if base is not None:
             _export_weights(spec, module, ep, base, stage, opts.device, signing_key, times)
@@ -201,6 +214,73 @@ def run(
         publish(stage, opts.out, work)
         job.published = True
     return times
+
+
+def _quantized(
+    module: Any,
+    example: tuple[Any, ...],
+    opts: Options,
+    spell: Callable[[str], str],
+    times: dict[str, float],
+) -> Any:
+    """A copy of `module` with its Linear layers quantized (the model itself stays float), or
+    ExportError: a usage error when there is nothing to quantize, EXIT_ACCURACY when the copy's
+    outputs on the example inputs are further from the float model's than --min-cosine."""
+    import copy
+
+    import torch
+
+    from my_ops.quantize import quantize_linear_layers
+
+    scheme = opts.quantize
+    min_cosine = DEFAULT_MIN_COSINE if opts.min_cosine is None else opts.min_cosine
+    note: list[str] = []
+    with _stage("quantize", times, lambda: note[0]):
+        with torch.no_grad():
+            want = as_tuple(module(*example))
+        quantized = copy.deepcopy(module)
+        try:
+            replaced = quantize_linear_layers(
+                quantized, scheme, group_size=opts.quantize_group_size, skip=opts.quantize_skip
+            )
+        except ValueError as e:
+            raise ExportError(f"{spell('quantize')} {scheme}: {e}", EXIT_USAGE) from e
+        with torch.no_grad():
+            got = as_tuple(quantized(*example))
+        cosine, largest = _agreement(got, want)
+        note.append(
+            f"{scheme}, {len(replaced)} linear layers; against the float model on the example "
+            f"inputs: cosine {cosine:.7g}, largest difference {largest:.3g}"
+        )
+        if not cosine >= min_cosine:
+            raise ExportError(
+                f"{spell('quantize')} {scheme}: the quantized model's cosine against the float "
+                f"model is {cosine:.7g}, below {spell('min_cosine')} {min_cosine}; nothing was "
+                f"written (leave sensitive layers float with {spell('quantize_skip')})",
+                EXIT_ACCURACY,
+            )
+    return quantized
+
+
+def _agreement(got: tuple[Any, ...], want: tuple[Any, ...]) -> tuple[float, float]:
+    """The cosine between all floating outputs taken as one vector, and the largest absolute
+    difference of any element (NaN when an output is NaN where the other is not)."""
+    import torch
+
+    pairs = [
+        (g.detach().double().flatten().cpu(), w.detach().double().flatten().cpu())
+        for g, w in zip(got, want, strict=True)
+        if isinstance(w, torch.Tensor) and w.is_floating_point()
+    ]
+    if not pairs:
+        return 1.0, 0.0
+    g = torch.cat([p[0] for p in pairs])
+    w = torch.cat([p[1] for p in pairs])
+    if g.numel() == 0:
+        return 1.0, 0.0
+    norms = g.norm() * w.norm()
+    cosine = float(g @ w / norms) if norms > 0 else float(torch.equal(g, w))
+    return cosine, float((g - w).abs().max())
 
 
 @dataclasses.dataclass

@@ -18,7 +18,13 @@ import torch
 from torch import nn
 
 import my_ops
-from my_ops.ops._spec import Choice, LastDimVector, NonNegativeFloat
+from my_ops.ops._spec import (
+    Choice,
+    LastDimVector,
+    OptionalBias,
+    QuantizedWeight,
+    WeightScale,
+)
 
 HIDDEN = 131
 SEQ = 5
@@ -46,22 +52,49 @@ class Call:
         return f"{self.spec.name}({shown})"
 
 
+# The roles of a model's weights: per-feature vectors and a quantized layer's weight, scales
+# and bias. Every other tensor (the primary, those shaped like it or after it) is an input,
+# shaped from the batch.
+_WEIGHT_ROLES = (LastDimVector, QuantizedWeight, WeightScale, OptionalBias)
+
+# A quantized layer's output channels: odd, so vector tails run too.
+OUT_FEATURES = 7
+
+
 def _is_input(role) -> bool:
-    # Per-feature vectors are the model's weights; every other tensor (the primary, those
-    # shaped like it or after it) is an input, shaped from the batch.
-    return role.is_tensor and not isinstance(role, LastDimVector)
+    return role.is_tensor and not isinstance(role, _WEIGHT_ROLES)
+
+
+def _weight(role, x_shape: tuple[int, ...], made: dict, offset: float) -> torch.Tensor:
+    """A weight of ``role`` for a primary of ``x_shape``, from platform-independent values;
+    ``made``: the call's weights and scalars so far."""
+    if isinstance(role, LastDimVector):
+        return _vector(x_shape[-1], offset)
+    if isinstance(role, QuantizedWeight):
+        values = _det(role.shape_of(x_shape, OUT_FEATURES), offset)
+        if role.bits == 8:
+            return (values * 40).round().to(torch.int8)
+        return ((values + 3) * 42).round().clamp(0, 255).to(torch.uint8)
+    if isinstance(role, WeightScale):
+        group_size = made[role.group_size] if role.group_size else None
+        shape = role.shape_of(x_shape, made[role.weight].shape[0], group_size)
+        return _det(shape, offset).abs() * 0.01 + 1e-3
+    return _vector(made[role.weight].shape[0], offset)
 
 
 def _calls() -> list[Call]:
     calls = []
     for spec in my_ops.ops.SPECS.values():
         choices = {n: r.values for n, r in spec.arguments.items() if isinstance(r, Choice)}
-        floats = {
-            n: r.samples[0] for n, r in spec.arguments.items() if isinstance(r, NonNegativeFloat)
+        # Every other scalar (a float, a group size) at its typical value.
+        typical = {
+            n: r.example(None, None)
+            for n, r in spec.arguments.items()
+            if not r.is_tensor and not isinstance(r, Choice)
         }
         n_inputs = sum(_is_input(r) for r in spec.arguments.values())
         for combo in itertools.product(*choices.values()):
-            scalars = {**dict(zip(choices, combo, strict=True)), **floats}
+            scalars = {**dict(zip(choices, combo, strict=True)), **typical}
             calls.append(Call(spec, scalars, n_inputs))
     return calls
 
@@ -77,14 +110,13 @@ def _vector(length: int, offset: float) -> torch.Tensor:
 class OpsModel(nn.Module):
     def __init__(self) -> None:
         super().__init__()
-        self.vectors = nn.ParameterDict()
         for i, call in enumerate(CALLS):
+            x_shape = call.spec.primary.shape_for((1, SEQ, HIDDEN))
+            made = dict(call.scalars)
             for name, role in call.spec.arguments.items():
-                if isinstance(role, LastDimVector):
-                    length = HIDDEN * call.spec.primary.last_dim_multiple
-                    self.vectors[f"{i}_{name}"] = nn.Parameter(
-                        _vector(length, i + 1.0), requires_grad=False
-                    )
+                if isinstance(role, _WEIGHT_ROLES):
+                    made[name] = _weight(role, x_shape, made, i + 1.0)
+                    self.register_buffer(f"weight_{i}_{name}", made[name])
         self.norm_weight = nn.Parameter(_vector(HIDDEN, 2.0), requires_grad=False)
         self.norm = my_ops.RMSNorm(self.norm_weight.detach().clone(), eps=EPS)
 
@@ -94,8 +126,8 @@ class OpsModel(nn.Module):
         for name, role in call.spec.arguments.items():
             if _is_input(role):
                 args.append(next(given))
-            elif isinstance(role, LastDimVector):
-                args.append(self.vectors[f"{i}_{name}"])
+            elif isinstance(role, _WEIGHT_ROLES):
+                args.append(getattr(self, f"weight_{i}_{name}"))
             else:
                 args.append(call.scalars[name])
         return args

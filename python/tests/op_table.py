@@ -15,12 +15,13 @@ import pytest
 import torch
 
 import my_ops
-from my_ops.ops._spec import OpSpec
+from my_ops.ops._spec import Autograd, InferenceOnly, OpSpec
 from role_values import values_of
 from testing_utils import assert_close, make_input
 
 SPECS: list[OpSpec] = list(my_ops.ops.SPECS.values())
-DIFFERENTIABLE: list[OpSpec] = [s for s in SPECS if s.autograd is not None]
+DIFFERENTIABLE: list[OpSpec] = [s for s in SPECS if isinstance(s.autograd, Autograd)]
+INFERENCE_ONLY: list[OpSpec] = [s for s in SPECS if isinstance(s.autograd, InferenceOnly)]
 
 
 def by_op(specs: list[OpSpec] = SPECS):
@@ -65,14 +66,16 @@ def make_args(
     def build(s: tuple[int, ...], lay: str) -> torch.Tensor:
         return make_input(s, dtype, device, lay, generator=generator)
 
-    args = []
+    # The scalars first: a tensor may follow one (a weight scale, its group size).
+    made: dict[str, object] = {n: scalars[n] for n, r in spec.arguments.items() if not r.is_tensor}
     for name, role in spec.arguments.items():
         if not role.is_tensor:
-            args.append(scalars[name])
             continue
-        t = x if name == spec.primary_name else values_of(role).make(x, build, layout)
-        args.append(t.detach().requires_grad_(requires_grad) if requires_grad else t)
-    return tuple(args)
+        t = x if name == spec.primary_name else values_of(role).make_in_call(x, build, layout, made)
+        if requires_grad and t is not None and t.is_floating_point():
+            t = t.detach().requires_grad_(True)
+        made[name] = t
+    return tuple(made[name] for name in spec.arguments)
 
 
 def sample_args(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -85,6 +85,8 @@ class FuzzContext:
     x_shape: tuple[int, ...]
     dtype: torch.dtype
     devices: list[str]
+    # The arguments drawn so far (name -> drawn value), for roles that follow one of them.
+    drawn: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,11 @@ class RoleValues:
         of x's dtype and device in one of the tests' layouts."""
         raise NotImplementedError
 
+    def make_in_call(self, x: torch.Tensor, build: Callable, layout: str, made: dict):
+        """:meth:`make` with the values made so far (name -> value, in schema order), for a
+        role that follows an argument other than x."""
+        return self.make(x, build, layout)
+
     def bad_values(self) -> list[BadValue]:
         """Values this argument may not take, each blaming this argument."""
         return []
@@ -112,6 +119,10 @@ class RoleValues:
     def draw_valid(self, draw, x: torch.Tensor, g: torch.Generator):
         """A valid value for ``x``, drawn with Hypothesis (property tests)."""
         return draw(st.sampled_from(self.valid_values()))
+
+    def draw_valid_in_call(self, draw, x: torch.Tensor, g: torch.Generator, drawn: dict):
+        """:meth:`draw_valid` with the values drawn so far (name -> value) at hand."""
+        return self.draw_valid(draw, x, g)
 
     def fuzz(self, kit, wrong: bool, ctx: FuzzContext):
         """A Hypothesis strategy for this argument: usually wrong when ``wrong``, else valid.
@@ -136,6 +147,10 @@ class RoleValues:
         """Whether a built ``value`` the schema accepts breaks this role; ``x`` is the
         primary when it is valid itself, else None (then only faults of value alone count)."""
         raise NotImplementedError
+
+    def fuzz_wrong_in_call(self, value, x: torch.Tensor | None, values: dict) -> bool:
+        """:meth:`fuzz_wrong` with the call's other built values (name -> value) at hand."""
+        return self.fuzz_wrong(value, x)
 
 
 # --- tensors ----------------------------------------------------------------------------
@@ -166,6 +181,9 @@ class PrimaryValues(RoleValues):
         if draw(st.booleans()):
             shape[-1] = draw(st.integers(1, 300))
         shape[-1] *= self.role.last_dim_multiple
+        step = self.role.sample_last_dim_multiple
+        if step > 1 and shape[-1]:  # what the other arguments need of it
+            shape[-1] = -(-shape[-1] // step) * step
         return shape
 
     def fuzz_primary(self, kit, device: str, faulty: bool):
@@ -181,6 +199,10 @@ class PrimaryValues(RoleValues):
             dtype = draw(st.sampled_from(kit.floating_dtypes))
             x_shape = draw(kit.shapes(min_rank=min_dim))
             x_shape = (*x_shape[:-1], x_shape[-1] * multiple)
+            step = self.role.sample_last_dim_multiple
+            if step > 1 and x_shape and draw(st.booleans()):
+                # What the other arguments need of x's last dim, often enough to pass.
+                x_shape = (*x_shape[:-1], max(step, -(-x_shape[-1] // step) * step))
             ctx = FuzzContext(x_shape, dtype, devices)
             if not faulty:
                 return draw(kit.tensor(x_shape, dtype, devices[0])), ctx
@@ -398,6 +420,214 @@ class PositionTableValues(FollowsPrimaryValues):
             return draw(kit.shapes())
 
         return shapes()
+
+
+# --- quantized weights ----------------------------------------------------------------------
+
+# Output channels of the weights the tests make: one vector's worth and a tail.
+OUT_FEATURES = 11
+
+
+def _is_real_tensor(value) -> bool:
+    return _is_tensor(value) and value.device.type != "meta"
+
+
+@values_for(_roles.QuantizedWeight)
+class QuantizedWeightValues(RoleValues):
+    def make(self, x, build, layout):
+        shape = self.role.shape_of(tuple(x.shape), OUT_FEATURES)
+        low, high = (-128, 128) if self.role.bits == 8 else (0, 256)
+        w = torch.randint(low, high, shape, dtype=self.role.dtype)
+        if layout == "transposed":  # the same values, column-major
+            w = w.t().contiguous().t()
+        return w.to(x.device)
+
+    def bad_values(self) -> list[BadValue]:
+        other = torch.uint8 if self.role.bits == 8 else torch.int8
+        return [
+            ("float32", lambda v, x: v.float()),
+            ("other-int", lambda v, x, o=other: v.to(o)),
+            ("none", lambda v, x: None),
+            ("1d", lambda v, x: v[0]),
+            ("fewer-columns", lambda v, x: v[:, :-1]),
+            ("transposed-shape", lambda v, x: v.t()),
+        ]
+
+    def draw_valid(self, draw, x, g):
+        shape = self.role.shape_of(tuple(x.shape), draw(st.integers(0, 20)))
+        low, high = (-128, 128) if self.role.bits == 8 else (0, 256)
+        w = torch.randint(low, high, shape, dtype=self.role.dtype, generator=g)
+        if draw(st.booleans()):
+            w = w.t().contiguous().t()
+        return w.to(x.device)
+
+    def fuzz(self, kit, wrong, ctx):
+        per_byte = self.role.per_byte
+        columns = ctx.x_shape[-1] // per_byte if ctx.x_shape else 3
+
+        @st.composite
+        def weights(draw):
+            shape = (draw(st.integers(0, 9)), columns)
+            if not wrong:
+                return draw(kit.tensor(shape, self.role.dtype, ctx.devices[0]))
+
+            @st.composite
+            def wrong_shapes(draw):
+                kind = draw(st.sampled_from(["columns", "1d", "3d", "other"]))
+                if kind == "columns":
+                    return (shape[0], columns + draw(st.sampled_from([-1, 1])))
+                if kind == "1d":
+                    return (columns,)
+                if kind == "3d":
+                    return (1, *shape)
+                return draw(kit.shapes())
+
+            return draw(kit.wrong_tensor(shape, wrong_shapes(), self.role.dtype, ctx.devices))
+
+        return weights()
+
+    def fuzz_wrong(self, value, x) -> bool:
+        if not _is_tensor(value) or value.dtype != self.role.dtype or value.dim() != 2:
+            return True
+        if x is None:
+            return False
+        return value.device != x.device or value.shape[1] * self.role.per_byte != x.shape[-1]
+
+
+@values_for(_roles.GroupSize)
+class GroupSizeValues(RoleValues):
+    def valid_values(self) -> tuple:
+        return self.role.samples
+
+    def bad_values(self) -> list[BadValue]:
+        return [
+            ("zero", lambda v, x: 0),
+            ("negative", lambda v, x: -v),
+            ("not-a-multiple", lambda v, x: v + 16),
+            ("not-dividing", lambda v, x: 2 * x.shape[-1]),
+        ]
+
+    def fuzz(self, kit, wrong, ctx):
+        if not wrong:
+            return st.sampled_from(self.role.samples)
+        return st.one_of(
+            st.sampled_from([0, -32, 16, 31, 33, 48, 96, 2**40]),
+            st.integers(-100, 300),
+            st.sampled_from([None, 32.0, "32"]),
+        )
+
+    def schema_accepts(self, value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def fuzz_wrong(self, value, x) -> bool:
+        if value <= 0 or value % 32:
+            return True
+        return x is not None and x.shape[-1] % value != 0
+
+
+def _channels(weight) -> int | None:
+    """The output channels of a weight the kernels get past (a 2-D tensor), else None: a
+    weight they refuse is named first, so what follows it cannot be judged against it."""
+    return weight.shape[0] if _is_tensor(weight) and weight.dim() == 2 else None
+
+
+@values_for(_roles.WeightScale)
+class WeightScaleValues(RoleValues):
+    def _shape(self, x_shape, made: dict):
+        group_size = None if self.role.group_size is None else made[self.role.group_size]
+        return self.role.shape_of(x_shape, made[self.role.weight].shape[0], group_size)
+
+    def make_in_call(self, x, build, layout, made):
+        shape = self._shape(tuple(x.shape), made)
+        # Positive scales about the size a quantizer gives weights of unit size.
+        return (build(shape, "contiguous").float().abs() * 0.01 + 1e-3).to(torch.float32)
+
+    def bad_values(self) -> list[BadValue]:
+        return [
+            ("float64", lambda v, x: v.double()),
+            ("bfloat16", lambda v, x: v.bfloat16()),
+            ("none", lambda v, x: None),
+            ("fewer", lambda v, x: v[:-1]),
+            ("extra-dim", lambda v, x: v.unsqueeze(0)),
+        ]
+
+    def draw_valid_in_call(self, draw, x, g, drawn):
+        shape = self._shape(tuple(x.shape), drawn)
+        return (torch.rand(shape, generator=g) * 0.02 + 1e-3).to(x.device)
+
+    def fuzz(self, kit, wrong, ctx):
+        weight = ctx.drawn.get(self.role.weight)
+        channels = weight.shape[0] if getattr(weight, "shape", ()) else 3
+        group_size = ctx.drawn.get(self.role.group_size) if self.role.group_size else None
+        shape = (channels,)
+        if self.role.group_size is not None:
+            usable = isinstance(group_size, int) and group_size > 0 and ctx.x_shape
+            shape = (channels, ctx.x_shape[-1] // group_size if usable else 2)
+        if not wrong:
+            return kit.tensor(shape, torch.float32, ctx.devices[0], positive=True)
+        return kit.wrong_tensor(shape, kit.shapes(), torch.float32, ctx.devices)
+
+    def fuzz_wrong_in_call(self, value, x, values) -> bool:
+        if not _is_tensor(value) or value.dtype != torch.float32:
+            return True
+        if _is_real_tensor(value) and value.device.type == "cpu":
+            # The CPU kernels refuse a scale that is zero, negative or not finite.
+            if not bool(((value > 0) & value.isfinite()).all()):
+                return True
+        if x is None:
+            return False
+        if value.device != x.device:
+            return True
+        channels = _channels(values[self.role.weight])
+        if channels is None:
+            return value.dim() not in (1, 2)
+        if self.role.group_size is None:
+            return tuple(value.shape) != (channels,)
+        group_size = values[self.role.group_size]
+        if not isinstance(group_size, int) or group_size <= 0 or group_size % 32:
+            return value.dim() != 2
+        if x.shape[-1] % group_size:
+            return value.dim() != 2
+        return tuple(value.shape) != (channels, x.shape[-1] // group_size)
+
+
+@values_for(_roles.OptionalBias)
+class OptionalBiasValues(RoleValues):
+    def make_in_call(self, x, build, layout, made):
+        return build((made[self.role.weight].shape[0],), "contiguous")
+
+    def bad_values(self) -> list[BadValue]:
+        return [
+            ("int", lambda v, x: v.int()),
+            ("float64", lambda v, x: v.double()),
+            ("longer", lambda v, x: torch.cat([v, v[:1]])),
+            ("2d", lambda v, x: v.unsqueeze(0)),
+        ]
+
+    def draw_valid_in_call(self, draw, x, g, drawn):
+        if draw(st.booleans()):
+            return None
+        n = drawn[self.role.weight].shape[0]
+        return torch.randn(n, generator=g, dtype=torch.float64).to(x.device, x.dtype)
+
+    def fuzz(self, kit, wrong, ctx):
+        weight = ctx.drawn.get(self.role.weight)
+        channels = weight.shape[0] if getattr(weight, "shape", ()) else 3
+        if not wrong:
+            return st.one_of(st.none(), kit.tensor((channels,), ctx.dtype, ctx.devices[0]))
+        return kit.wrong_tensor((channels,), kit.shapes(), ctx.dtype, ctx.devices)
+
+    def fuzz_wrong_in_call(self, value, x, values) -> bool:
+        if value is None:
+            return False
+        if not _is_tensor(value) or value.dim() != 1:
+            return True
+        if x is None:
+            return False
+        if value.device != x.device or value.dtype != x.dtype:
+            return True
+        channels = _channels(values[self.role.weight])
+        return channels is not None and value.shape[0] != channels
 
 
 # --- scalars ----------------------------------------------------------------------------

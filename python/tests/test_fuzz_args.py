@@ -91,6 +91,8 @@ class T:
     # Every other row (the whole tensor when 1-D) is zero: the rows where eps alone keeps a
     # norm finite (an eps below float32's range gives 0/0 there, as eager's float math does).
     zero_rows: bool = False
+    # Floating values drawn as |v| / 100 + 1e-3: finite and positive (a quantized weight's scales).
+    positive: bool = False
 
     @property
     def numel(self) -> int:
@@ -127,7 +129,7 @@ class T:
         elif self.dtype.is_complex:
             t = torch.complex(v, torch.randn(shape, generator=g, dtype=torch.float64))
         elif self.dtype.is_floating_point:
-            t = v
+            t = v.abs() * 0.01 + 1e-3 if self.positive else v
         else:
             t = (v * 4).round().abs()
         return t.to(dtype=self.dtype, device=self.device)
@@ -202,8 +204,9 @@ seeds = st.integers(0, 2**16)
 
 
 @st.composite
-def tensors(draw, shape, dtype: torch.dtype, device: str) -> T:
-    return T(shape, dtype, device, draw(st.sampled_from(LAYOUTS)), draw(seeds), draw(st.booleans()))
+def tensors(draw, shape, dtype: torch.dtype, device: str, positive: bool = False) -> T:
+    layout, seed, zero_rows = draw(st.sampled_from(LAYOUTS)), draw(seeds), draw(st.booleans())
+    return T(shape, dtype, device, layout, seed, zero_rows and not positive, positive)
 
 
 @st.composite
@@ -271,11 +274,12 @@ def op_calls(draw, spec, device: str):
     wrong = draw(faults(list(spec.arguments)))
     x_name = spec.primary_name
     x, ctx = draw(values_of(spec.primary).fuzz_primary(KIT, device, x_name in wrong))
-    args = []
-    for name, role in spec.arguments.items():
-        value = x if name == x_name else draw(values_of(role).fuzz(KIT, name in wrong, ctx))
-        args.append((name, value))
-    return Case(spec.name, tuple(args))
+    ctx.drawn[x_name] = x
+    # Scalars first: a tensor may follow one (a weight scale, its group size).
+    for name, role in sorted(spec.arguments.items(), key=lambda item: item[1].is_tensor):
+        if name != x_name:
+            ctx.drawn[name] = draw(values_of(role).fuzz(KIT, name in wrong, ctx))
+    return Case(spec.name, tuple((name, ctx.drawn[name]) for name in spec.arguments))
 
 
 # The class: the constructor checks weight and eps, its methods x and residual (and the
@@ -319,7 +323,9 @@ def _role_blame(roles: dict, x_name: str, values: dict) -> set[str]:
     x_wrong = values_of(roles[x_name]).fuzz_wrong(x)
     blame = {x_name} if x_wrong else set()
     for name, role in roles.items():
-        if name != x_name and values_of(role).fuzz_wrong(values[name], None if x_wrong else x):
+        if name != x_name and values_of(role).fuzz_wrong_in_call(
+            values[name], None if x_wrong else x, values
+        ):
             blame.add(name)
     return blame
 

@@ -12,6 +12,7 @@ import torch
 from my_ops.ops import companion
 from op_table import (
     DIFFERENTIABLE,
+    INFERENCE_ONLY,
     as_tuple,
     assert_close_spec,
     assert_matches_reference,
@@ -51,6 +52,24 @@ def test_opcheck(spec, device):
     # Empty and 3-D inputs.
     for args in sample_args(spec, device, [(0, 5), (2, 3, 5)], [torch.float32], ["sliced"]):
         _opcheck(spec, args)
+
+
+@by_op(INFERENCE_ONLY)
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_inference_op_refuses_a_call_that_needs_a_gradient(spec, device):
+    # One error naming the op, whichever floating input requires grad; the same call without
+    # grad mode runs.
+    args = make_args(spec, (3, 64), torch.float32, device)
+    floating = [
+        i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()
+    ]
+    assert floating, f"{spec.name}: no floating input to require grad"
+    for i in floating:
+        wants_grad = tuple(a.detach().requires_grad_() if j == i else a for j, a in enumerate(args))
+        with pytest.raises(RuntimeError, match=rf"^{spec.name}: an inference op"):
+            spec.wrapper(*wants_grad)
+        with torch.no_grad():
+            assert_matches_reference(spec, args, spec.wrapper(*wants_grad))
 
 
 @by_op(DIFFERENTIABLE)

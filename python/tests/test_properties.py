@@ -45,10 +45,12 @@ def calls(draw, spec, device: str):
     """Valid arguments for ``spec``: a strided primary, the others drawn by their roles to
     fit it."""
     x, g = draw(strided_tensors(device, spec.primary))
-    return tuple(
-        x if name == spec.primary_name else values_of(role).draw_valid(draw, x, g)
-        for name, role in spec.arguments.items()
-    )
+    drawn: dict[str, object] = {spec.primary_name: x}
+    # Scalars first: a tensor may follow one (a weight scale, its group size).
+    for name, role in sorted(spec.arguments.items(), key=lambda item: item[1].is_tensor):
+        if name != spec.primary_name:
+            drawn[name] = values_of(role).draw_valid_in_call(draw, x, g, drawn)
+    return tuple(drawn[name] for name in spec.arguments)
 
 
 @by_op()

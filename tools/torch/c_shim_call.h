@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -70,6 +71,12 @@ inline void check_arity(const char* op, uint64_t num_args, uint64_t args, uint64
 // A tensor argument: the handle the caller made for this call, now the entry's to delete.
 inline OwnedTensor tensor(StableIValue boxed) {
   return OwnedTensor(torch::stable::detail::to<AtenTensorHandle>(boxed));
+}
+
+// An optional tensor argument (Tensor?): None is an OwnedTensor without a handle.
+inline OwnedTensor optional_tensor(StableIValue boxed) {
+  return OwnedTensor(
+      torch::stable::detail::to<std::optional<AtenTensorHandle>>(boxed).value_or(nullptr));
 }
 
 // A non-tensor argument (double, bool, int64_t, std::string).

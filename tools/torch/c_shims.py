@@ -128,6 +128,8 @@ def kernel_namespace(namespace: str, device: str) -> str:
 # as it reads them off its stack (a str as the std::string it owns).
 _KERNEL_TYPES = {
     "Tensor": "TensorRef",
+    # None reaches the kernel as a TensorRef without a handle.
+    "Tensor?": "TensorRef",
     "float": "double",
     "bool": "bool",
     "int": "int64_t",
@@ -142,6 +144,7 @@ _BOXED_TYPES = {
 # AOTInductor's C types, and how a shim turns one into the kernel's argument.
 _C_TYPES = {
     "Tensor": "AtenTensorHandle",
+    "Tensor?": "AtenTensorHandle*",
     "float": "double",
     "bool": "int32_t",
     "int": "int64_t",
@@ -149,6 +152,7 @@ _C_TYPES = {
 }
 _FROM_C = {
     "Tensor": "TensorRef({})",
+    "Tensor?": "TensorRef({0} != nullptr ? *{0} : nullptr)",
     "float": "{}",
     "bool": "{} != 0",
     "int": "{}",
@@ -207,6 +211,8 @@ class _Op:
         for i, (n, t) in enumerate(self.inputs + [(n, "Tensor") for n in self.out]):
             if t == "Tensor":
                 reads.append(f"  OwnedTensor {n} = my_ops::boxed::tensor(stack[{i}]);\n")
+            elif t == "Tensor?":
+                reads.append(f"  OwnedTensor {n} = my_ops::boxed::optional_tensor(stack[{i}]);\n")
             else:
                 reads.append(f"  auto {n} = my_ops::boxed::value<{_BOXED_TYPES[t]}>(stack[{i}]);\n")
         call = self._call(namespace, device, [n for n, _ in self.inputs] + self.out)

@@ -121,6 +121,19 @@ def test_generated_file_registers_and_shims_each_kernel_per_device():
     assert cuda.rstrip().endswith(f"#endif  // {c_shims.CUDA_GUARD}")
 
 
+def test_an_optional_tensor_is_a_handle_pointer_and_none_an_undefined_tensor_ref():
+    schema = "f(Tensor x, Tensor? b=None) -> Tensor"
+    # AOTInductor passes an optional tensor as a pointer to its handle, nullptr for None.
+    assert c_shims.declaration(schema, "cpu") == (
+        "AOTITorchError aoti_torch_cpu_f("
+        "AtenTensorHandle x, AtenTensorHandle* b, AtenTensorHandle* ret0)"
+    )
+    text = c_shims.generate(_registration(schema), "registration.cpp")
+    assert "OwnedTensor f(TensorRef x, TensorRef b);" in text
+    assert "  OwnedTensor b = my_ops::boxed::optional_tensor(stack[1]);\n" in text
+    assert "a::cpu::f(TensorRef(x), TensorRef(b != nullptr ? *b : nullptr))" in text
+
+
 @pytest.mark.parametrize(
     "text, reason",
     [

@@ -72,6 +72,7 @@ def test_every_exit_code_keeps_its_documented_number() -> None:
         "expect_mismatch": 9,
         "integrity": 10,
         "not_base_architecture": 11,
+        "accuracy": 12,
     }
 
 

@@ -116,6 +116,11 @@ def test_two_exports_in_one_process_leave_it_as_it_was(tmp_path: Path) -> None:
         ({"inductor_options": {"no_such_key": 1}}, "torch._inductor.config has no no_such_key"),
         ({"atol": -1.0}, "atol must be a number >= 0"),
         ({"signing_key": ""}, "signing_key must be a non-empty path"),
+        ({"quantize": "int3"}, "quantize must be one of 'int8', 'int4', got 'int3'"),
+        ({"quantize_skip": ["linear"]}, "quantize_skip is for quantize int8 or int4"),
+        ({"quantize": "int8", "quantize_skip": "linear"}, "quantize_skip must be a sequence"),
+        ({"quantize": "int8", "min_cosine": 2.0}, "min_cosine must be in (0, 1], got 2.0"),
+        ({"quantize": "int4", "quantize_group_size": 48}, "quantize_group_size must be a"),
     ],
 )
 def test_a_bad_argument_is_refused_by_name(tmp_path: Path, kwargs: dict, message: str) -> None:
@@ -164,3 +169,49 @@ def test_a_model_that_does_not_export_leaves_nothing(tmp_path: Path) -> None:
     # Not even the folders made for --out.
     assert list(tmp_path.iterdir()) == []
     assert _process_state() == before
+
+
+def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
+    tmp_path: Path,
+) -> None:
+    from my_ops.quantize import quantize_linear_layers
+
+    model = _block(2)
+    exported = export(
+        model,
+        (torch.randn(4, WIDTH),),
+        tmp_path / "q",
+        dynamic_shapes=_batch(4),
+        max_batch=4,
+        mode="no-autotune",
+        cache=False,
+        quantize="int8",
+    )
+    assert set(exported.times) == {"quantize", "export", "compile", "verify"}, exported.times
+    assert type(model.linear) is torch.nn.Linear
+    manifest = exported.manifest.read_text()
+    assert '"my_ops::linear_int8"' in manifest and "aoti_torch_cpu_linear_int8" in manifest
+    # Against an independent quantization of the same model, in eager.
+    quantized = _block(2)
+    assert quantize_linear_layers(quantized, "int8") == ["linear"]
+    _check_against_eager(exported, quantized, (1, 4))
+
+
+def test_a_quantized_model_below_min_cosine_writes_nothing(tmp_path: Path) -> None:
+    before = _process_state()
+    # No quantized model is exactly the float one: a cosine of 1 cannot be met.
+    with pytest.raises(ExportError, match=r"cosine against the float model is 0\.9") as caught:
+        export(_block(0), (torch.randn(4, WIDTH),), tmp_path / "out", quantize="int8",
+               min_cosine=1.0, cache=False)  # fmt: skip
+    assert caught.value.code == EXIT_CODES["accuracy"]
+    assert "below min_cosine 1.0" in str(caught.value)
+    assert list(tmp_path.iterdir()) == []
+    assert _process_state() == before
+
+
+def test_a_model_without_linear_layers_is_a_usage_error_under_quantize(tmp_path: Path) -> None:
+    model = torch.nn.Sequential(torch.nn.ReLU())
+    with pytest.raises(ExportError, match="has no nn.Linear layer to quantize") as caught:
+        export(model, (torch.randn(4, WIDTH),), tmp_path / "out", quantize="int4", cache=False)
+    assert caught.value.code == EXIT_CODES["usage"]
+    assert list(tmp_path.iterdir()) == []

@@ -97,6 +97,9 @@ _VALUE_FLAGS = [
     "--generate-key",
     "--sign",
     "--base",
+    "--quantize",
+    "--quantize-skip",
+    "--min-cosine",
 ]
 
 
@@ -132,6 +135,9 @@ def test_every_flag_that_takes_a_value_is_checked_for_an_empty_one() -> None:
         (["--inductor-option", "cpp_wrapper"], "must be KEY=VALUE"),
         (["--inductor-option", "no_such.option=1"], "torch._inductor.config has no no_such.option"),
         (["--inductor-option", "aot_inductor.custom_ops_to_c_shims={}"], "the exporter sets this"),
+        (["--quantize", "int2"], "argument --quantize: invalid choice: 'int2'"),
+        (["--quantize-skip", "lm_head"], "--quantize-skip is for --quantize int8 or int4"),
+        (["--quantize", "int8", "--min-cosine", "1.5"], "--min-cosine must be in (0, 1]"),
     ],
 )
 def test_bad_cache_and_compile_flags(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -181,12 +187,14 @@ def test_help(tmp_path: Path) -> None:
     assert proc.returncode == 0
     for flag in ("--out", "--device", "--model", "--isa", "--max-batch", "--signing-key",
                  "--generate-key", "--cache-dir", "--no-cache", "--cache-max-mb",
-                 "--profile-compile", "--inductor-option", "--mode"):  # fmt: skip
+                 "--profile-compile", "--inductor-option", "--mode", "--quantize",
+                 "--quantize-skip", "--min-cosine"):  # fmt: skip
         assert flag in proc.stdout
     # The --out rule: what the export may replace.
     assert "previous export" in proc.stdout
     # The exit status the failures above are held to (argparse rewraps the epilog).
     assert "1 on any other failure" in " ".join(proc.stdout.split())
+    assert "12 when --quantize's model falls below --min-cosine" in " ".join(proc.stdout.split())
 
 
 def test_generate_key(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ import functools
 import importlib
 import pkgutil
 
-from ._spec import OpSpec
+from ._spec import Autograd, InferenceOnly, OpSpec
 
 
 def _discover() -> dict[str, OpSpec]:
@@ -50,10 +50,31 @@ def register_all(register_fake) -> None:
         register_fake(spec.qualname, _with_schema_defaults(spec))
         if companion(spec) is not None:
             register_fake(spec.qualname + OUT_SUFFIX, _companion_fake(spec))
-        if spec.autograd is not None:
+        if isinstance(spec.autograd, Autograd):
             torch.library.register_autograd(
                 spec.qualname, spec.autograd.backward, setup_context=spec.autograd.setup_context
             )
+        elif isinstance(spec.autograd, InferenceOnly):
+            # torch runs setup_context only for a call that needs a gradient.
+            torch.library.register_autograd(
+                spec.qualname,
+                _refuse_backward(spec),
+                setup_context=_refuse_gradient(spec),
+            )
+
+
+def _refuse_gradient(spec: OpSpec):
+    def setup_context(ctx, inputs, output) -> None:
+        raise RuntimeError(spec.autograd.message(spec.name))
+
+    return setup_context
+
+
+def _refuse_backward(spec: OpSpec):
+    def backward(ctx, *grads):
+        raise RuntimeError(spec.autograd.message(spec.name))
+
+    return backward
 
 
 def _with_schema_defaults(spec: OpSpec):

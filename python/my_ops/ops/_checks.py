@@ -94,6 +94,103 @@ def check_choice(op: str, name: str, value: str, choices: tuple[str, ...]) -> No
     )
 
 
+# --- the quantized linear layers (ops/quantized_linear/quantized_linear.h) -----------------
+
+# Group sizes of linear_int4 are multiples of this (whole bytes of packed weights).
+INT4_GROUP_MULTIPLE = 32
+
+
+def check_quantized_weight(
+    op: str, name: str, w: torch.Tensor, x: torch.Tensor, dtype: torch.dtype, per_byte: int
+) -> None:
+    check_defined(op, name, w)
+    torch._check(
+        w.device == x.device,
+        lambda: f"{op}: expected {name} to be on the same device as x ({x.device}), got {w.device}",
+    )
+    packed = " (two int4 values a byte)" if per_byte == 2 else ""
+    torch._check(
+        w.dtype == dtype,
+        lambda: f"{op}: expected {name} to have dtype {dtype}{packed}, got {w.dtype}",
+    )
+    columns = "in_features / 2" if per_byte == 2 else "in_features"
+    torch._check(
+        w.dim() == 2,
+        lambda: (
+            f"{op}: expected {name} to be 2-D [out_features, {columns}], got {w.dim()}-D with "
+            f"shape {list(w.shape)}"
+        ),
+    )
+    torch._check(
+        w.shape[1] * per_byte == x.shape[-1],
+        lambda: (
+            f"{op}: expected {name} to have {x.shape[-1] // per_byte} columns (x's last dim"
+            f"{' / 2' if per_byte == 2 else ''}), got {w.shape[1]}"
+        ),
+    )
+
+
+def check_weight_scale(
+    op: str, name: str, s: torch.Tensor, x: torch.Tensor, out_features: int, groups: int | None
+) -> None:
+    """``groups`` None: one scale per output channel, else [out_features, groups]."""
+    check_defined(op, name, s)
+    torch._check(
+        s.device == x.device,
+        lambda: f"{op}: expected {name} to be on the same device as x ({x.device}), got {s.device}",
+    )
+    torch._check(
+        s.dtype == torch.float32,
+        lambda: f"{op}: expected {name} to have dtype torch.float32, got {s.dtype}",
+    )
+    if groups is None:
+        torch._check(
+            s.dim() == 1 and s.shape[0] == out_features,
+            lambda: (
+                f"{op}: expected {name} to have shape [{out_features}] (one scale per output "
+                f"channel), got {list(s.shape)}"
+            ),
+        )
+    else:
+        torch._check(
+            s.dim() == 2 and s.shape[0] == out_features and s.shape[1] == groups,
+            lambda: (
+                f"{op}: expected {name} to have shape [{out_features}, {groups}] (output "
+                f"channels, groups of in_features), got {list(s.shape)}"
+            ),
+        )
+
+
+def check_optional_bias(
+    op: str, name: str, b: torch.Tensor | None, x: torch.Tensor, out_features: int
+) -> None:
+    if b is None:
+        return
+    check_same_device_and_dtype(op, name, b, x)
+    torch._check(
+        b.dim() == 1 and b.shape[0] == out_features,
+        lambda: (
+            f"{op}: expected {name} to have shape [{out_features}] (weight's out_features), "
+            f"got {list(b.shape)}"
+        ),
+    )
+
+
+def check_group_size(op: str, name: str, group_size: int, x: torch.Tensor) -> None:
+    k = x.shape[-1]
+    torch._check(
+        group_size > 0 and group_size % INT4_GROUP_MULTIPLE == 0,
+        lambda: (
+            f"{op}: expected {name} to be a positive multiple of {INT4_GROUP_MULTIPLE}, "
+            f"got {group_size}"
+        ),
+    )
+    torch._check(
+        k % group_size == 0,
+        lambda: f"{op}: expected {name} to divide x's last dim ({k}), got {group_size}",
+    )
+
+
 def new_like(x: torch.Tensor, shape=None) -> torch.Tensor:
     """A new contiguous tensor on x's device with x's dtype (and x's shape by default)."""
     return torch.empty(x.shape if shape is None else shape, dtype=x.dtype, device=x.device)

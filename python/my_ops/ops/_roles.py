@@ -40,10 +40,22 @@ class Role:
         """Refuse a bad ``value`` as the C++ kernels do, in their words (x already checked)."""
         raise NotImplementedError
 
+    def check_in_call(self, op: str, name: str, value, x: torch.Tensor, args) -> None:
+        """:meth:`check` with the call's other arguments at hand (``args``: name -> value),
+        for a role judged against an argument other than x. Only the arguments checked
+        before this one (the primary, then those before it in schema order) are known good.
+        """
+        self.check(op, name, value, x)
+
     def example(self, x: torch.Tensor, build: Callable[[tuple[int, ...]], torch.Tensor]):
         """A typical valid value for primary ``x``; ``build(shape)`` makes a tensor of x's
         dtype and device."""
         raise NotImplementedError
+
+    def example_in_call(self, x: torch.Tensor, build, made) -> object:
+        """:meth:`example` with the values made so far at hand (``made``: name -> value,
+        in schema order), for a role that follows an argument other than x."""
+        return self.example(x, build)
 
 
 # --- tensors ----------------------------------------------------------------------------
@@ -60,6 +72,9 @@ class Primary(Role):
 
     last_dim_multiple: int = 1
     min_dim: int = 1
+    # What the other arguments need of x's last dim (a group size dividing it) without x
+    # being wrong otherwise: sample shapes round their last dim up to a multiple of it.
+    sample_last_dim_multiple: int = 1
 
     def check(self, op, name, value, x) -> None:
         _checks.check_primary(op, value, self.last_dim_multiple, self.min_dim)
@@ -69,12 +84,15 @@ class Primary(Role):
 
     def shape_for(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """``shape`` made valid: 1s inserted before the last dim up to ``min_dim`` dims (so
-        the leading dim stays the leading dim), and the last dim scaled to the multiple."""
+        the leading dim stays the leading dim), the last dim scaled to the multiple and
+        rounded up to the sample multiple."""
         if not shape:
             return shape
         *lead, last = shape
         lead += [1] * max(0, self.min_dim - len(shape))
-        return (*lead, last * self.last_dim_multiple)
+        last *= self.last_dim_multiple
+        step = self.sample_last_dim_multiple
+        return (*lead, max(step, -(-last // step) * step) if step > 1 else last)
 
 
 class FollowsPrimary(Role):
@@ -138,6 +156,105 @@ class PositionTable(FollowsPrimary):
 
     def shape_of(self, x_shape):
         return (x_shape[self.seq_dim], x_shape[-1] // self.last_dim_divisor)
+
+
+# --- quantized weights (the quantized linear layers) -------------------------------------
+
+
+@dataclass(frozen=True)
+class QuantizedWeight(Role):
+    """A quantized weight matrix ``[out_features, in_features * bits / 8]`` on x's device,
+    ``in_features`` being x's last dim and ``out_features`` free: int8 for ``bits`` 8,
+    uint8 holding two int4 values a byte for ``bits`` 4 (``ops/quantized_linear``)."""
+
+    bits: int = 8
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return torch.int8 if self.bits == 8 else torch.uint8
+
+    @property
+    def per_byte(self) -> int:
+        return 8 // self.bits
+
+    def check(self, op, name, value, x) -> None:
+        _checks.check_quantized_weight(op, name, value, x, self.dtype, self.per_byte)
+
+    def shape_of(self, x_shape: tuple[int, ...], out_features: int) -> tuple[int, int]:
+        return (out_features, x_shape[-1] // self.per_byte)
+
+    def example(self, x, build):
+        low, high = (-128, 128) if self.bits == 8 else (0, 256)
+        return torch.randint(low, high, self.shape_of(tuple(x.shape), 3), dtype=self.dtype).to(
+            x.device
+        )
+
+
+@dataclass(frozen=True)
+class GroupSize(Role):
+    """How many consecutive in_features share a scale: a positive multiple of 32 that
+    divides x's last dim. ``samples``: valid values for a last dim that is a multiple of
+    the largest, the first typical."""
+
+    samples: tuple[int, ...] = (32,)
+    schema_type: ClassVar[str] = "int"
+
+    def check(self, op, name, value, x) -> None:
+        _checks.check_group_size(op, name, value, x)
+
+    def example(self, x, build):
+        return self.samples[0]
+
+
+@dataclass(frozen=True)
+class WeightScale(Role):
+    """The float32 scales of a :class:`QuantizedWeight` argument (``weight``), on x's
+    device: one per output channel, or, with ``group_size`` (the name of a
+    :class:`GroupSize` argument), ``[out_features, in_features / group_size]``. Finite and
+    positive, which only the kernels can check: a fake sees no values."""
+
+    weight: str = "weight"
+    group_size: str | None = None
+
+    def check(self, op, name, value, x) -> None:
+        raise TypeError(f"{op}: {name} is judged against {self.weight}: use check_in_call")
+
+    def check_in_call(self, op, name, value, x, args) -> None:
+        groups = None
+        if self.group_size is not None:
+            # The groups come from the group size, which the kernels check first.
+            group_size = args[self.group_size]
+            _checks.check_group_size(op, self.group_size, group_size, x)
+            groups = x.shape[-1] // group_size
+        _checks.check_weight_scale(op, name, value, x, args[self.weight].shape[0], groups)
+
+    def shape_of(self, x_shape, out_features: int, group_size: int | None):
+        if group_size is None:
+            return (out_features,)
+        return (out_features, x_shape[-1] // group_size)
+
+    def example_in_call(self, x, build, made):
+        group_size = None if self.group_size is None else made[self.group_size]
+        shape = self.shape_of(tuple(x.shape), made[self.weight].shape[0], group_size)
+        # What a symmetric quantizer gives weights of about unit size: max |w| / 127 (or 7).
+        return build(shape).float().abs() * 0.01 + 1e-3
+
+
+@dataclass(frozen=True)
+class OptionalBias(Role):
+    """``None``, or a vector of the output channels of a :class:`QuantizedWeight`
+    argument (``weight``) with x's dtype and device."""
+
+    weight: str = "weight"
+
+    def check(self, op, name, value, x) -> None:
+        raise TypeError(f"{op}: {name} is judged against {self.weight}: use check_in_call")
+
+    def check_in_call(self, op, name, value, x, args) -> None:
+        _checks.check_optional_bias(op, name, value, x, args[self.weight].shape[0])
+
+    def example_in_call(self, x, build, made):
+        return build((made[self.weight].shape[0],))
 
 
 # --- scalars ----------------------------------------------------------------------------

@@ -22,11 +22,15 @@ import torch
 
 from ._roles import (  # noqa: F401  (re-exported: the roles are named from here too)
     Choice,
+    GroupSize,
     LastDimVector,
     LikePrimary,
     NonNegativeFloat,
+    OptionalBias,
     Primary,
+    QuantizedWeight,
     Role,
+    WeightScale,
 )
 
 # --- tolerances -----------------------------------------------------------------------------
@@ -49,6 +53,17 @@ DEFAULT_TOLERANCES: Mapping[torch.dtype, Mapping[str, float]] = {
     torch.bfloat16: {"rtol": 1.6e-2, "atol": 1e-2},
     torch.float16: {"rtol": 2e-3, "atol": 1e-3},
 }
+# Ops whose math is float32 whatever the dtype (the quantized linear layers, which convert x
+# to float32 before they quantize it): float64 results carry float32's rounding, so they get
+# float32's tolerance. In float32 the integer sums are exact and what follows is a few
+# correctly rounded operations (a product of scales, a product, a bias; linear_int4 adds one
+# sum over the groups, K / 32 terms of similar size): 2e-5 relative is ~300 ulp, atol 2e-5
+# covers outputs that cancel to near zero.
+FLOAT32_MATH: Mapping[torch.dtype, Mapping[str, float]] = {
+    **DEFAULT_TOLERANCES,
+    torch.float64: {"rtol": 2e-5, "atol": 2e-5},
+    torch.float32: {"rtol": 2e-5, "atol": 2e-5},
+}
 EXACT: Mapping[torch.dtype, Mapping[str, float]] = {
     dtype: {"rtol": 0.0, "atol": 0.0} for dtype in DEFAULT_TOLERANCES
 }
@@ -69,6 +84,22 @@ NOT_DIFFERENTIABLE = None
 
 
 @dataclass(frozen=True)
+class InferenceOnly:
+    """An op without a gradient (a quantized layer): a call that needs one is refused with
+    one error naming the op, instead of torch's warning and a result that silently carries
+    no gradient."""
+
+    def message(self, op: str) -> str:
+        return (
+            f"{op}: an inference op, which has no gradient; call it under torch.no_grad() or "
+            "with inputs that do not require grad"
+        )
+
+
+INFERENCE_ONLY = InferenceOnly()
+
+
+@dataclass(frozen=True)
 class BadCase:
     """A call the op must refuse with a RuntimeError whose message names ``blame``.
 
@@ -78,6 +109,9 @@ class BadCase:
     id: str
     make_args: Callable[[str], tuple]
     blame: str
+    # A refusal of the arguments' values (a zero scale), which only the kernels can make:
+    # a fake, and so torch.export, sees shapes and dtypes alone.
+    values_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,7 +147,7 @@ class OpSpec:
     reference: Callable
     eager: Callable
     arguments: Mapping[str, Role]
-    autograd: Autograd | None
+    autograd: Autograd | InferenceOnly | None
     tolerances: Mapping[torch.dtype, Mapping[str, float]] = field(
         default_factory=lambda: DEFAULT_TOLERANCES
     )
@@ -151,9 +185,10 @@ class OpSpec:
         names = list(self.arguments)
         x = args[names.index(self.primary_name)]
         self.primary.check(self.name, self.primary_name, x, x)
+        by_name = dict(zip(names, args, strict=True))
         for (name, role), value in zip(self.arguments.items(), args, strict=True):
             if name != self.primary_name:
-                role.check(self.name, name, value, x)
+                role.check_in_call(self.name, name, value, x, by_name)
 
     def checked_fake(self, *args):
         """The fake as torch calls it: the arguments checked, then the outputs' shapes."""
@@ -199,4 +234,8 @@ class OpSpec:
             return torch.randn(s, generator=generator).to(device=device, dtype=dtype)
 
         x = randn(self.primary.shape_for(tuple(shape)))
-        return tuple(role.example(x, randn) for role in self.arguments.values())
+        # The scalars first: a tensor may follow one (a weight scale, its group size).
+        made: dict[str, object] = {}
+        for name, role in sorted(self.arguments.items(), key=lambda item: item[1].is_tensor):
+            made[name] = role.example_in_call(x, randn, made)
+        return tuple(made[name] for name in self.arguments)

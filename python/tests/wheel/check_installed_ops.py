@@ -12,6 +12,7 @@ import torch
 
 import my_ops
 from my_ops.ops import SPECS
+from my_ops.ops._spec import Autograd
 
 
 def _as_tuple(out):
@@ -30,7 +31,7 @@ def main() -> None:
     for spec in SPECS.values():
         args = spec.example_args((4, 9), torch.float32, "cpu", gen)
         _opcheck(spec, args)
-        if spec.autograd is not None:
+        if isinstance(spec.autograd, Autograd):
             grad_args = tuple(
                 a.requires_grad_() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
                 for a in spec.example_args((4, 9), torch.float64, "cpu", gen)

@@ -31,6 +31,7 @@ enum ExitCode : int {
   kExpectMismatch = 9,        // outputs differ from the expected ones (the loader's --expect)
   kIntegrity = 10,            // the package or a library does not match its manifest or signature
   kNotBaseArchitecture = 11,  // the exporter's alone: a model for another package's weights
+  kAccuracy = 12,             // the exporter's alone: a quantized model too far from the float one
 };
 
 class Error : public std::exception {

@@ -1,0 +1,99 @@
+#include <torch/csrc/stable/ops.h>
+
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "ops/common/cpu_kernel.h"
+#include "ops/quantized_linear/cpu_vec.h"
+#include "ops/quantized_linear/quantized_linear.h"
+
+namespace my_ops {
+namespace {
+
+// The shape of a result: x's with its last dim replaced by out_features.
+Sizes output_sizes(TensorRef x, int64_t out_features) {
+  Sizes sizes(x.sizes());
+  sizes.back() = out_features;
+  return sizes;
+}
+
+// Everything but the products: the argument checks are done. `multiply(q, params, out, n_begin,
+// n_end)` runs one of the cpu_vec products over a range of output channels.
+template <class Multiply>
+OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const QuantizedLinearShape& shape,
+                             const Multiply& multiply) {
+  OwnedTensor out = empty_like_with_sizes(x, output_sizes(x, shape.out_features));
+  if (out.ref().numel() == 0) return out;
+  const ContiguousAs x_float(x, ScalarType::Float);
+  std::optional<ContiguousAs> bias_float;
+  if (bias.get() != nullptr) bias_float.emplace(bias, ScalarType::Float);
+  const float* bias_data = bias_float ? bias_float->ref().data_as<float>() : nullptr;
+
+  const int64_t rows = shape.rows;
+  const int64_t k = shape.in_features;
+  std::vector<uint8_t> q(static_cast<size_t>(rows * k));
+  std::vector<cpu_vec::QuantizedRow> params(static_cast<size_t>(rows));
+  cpu_vec::quantize_rows(x_float.ref().data_as<float>(), k, 0, rows, q.data(), params.data());
+
+  // A float32 result is written in place; another dtype through a float32 one, converted once.
+  std::optional<OwnedTensor> out_float;
+  if (x.scalar_type() != ScalarType::Float) {
+    out_float.emplace(empty_like_with_sizes(x_float, out.ref().sizes()));
+  }
+  float* out_data = (out_float ? out_float->ref() : out.ref()).mutable_data_as<float>();
+  // Parallel over output channels: each thread streams its own share of the weights, which is
+  // what the products at a few rows are bound by.
+  const int64_t n = shape.out_features;
+  const int64_t work_per_channel = std::max<int64_t>(1, rows * k);
+  const int64_t grain = std::max<int64_t>(1, kGrainSize / work_per_channel);
+  parallel_for_work(0, n, grain, n * work_per_channel, [&](int64_t begin, int64_t end) {
+    multiply(q.data(), params.data(), out_data, bias_data, begin, end);
+  });
+  if (out_float) {
+    torch::stable::Tensor dst = out.ref().to_stable();
+    torch::stable::copy_(dst, out_float->ref().to_stable());
+  }
+  return out;
+}
+
+}  // namespace
+
+// The CPU kernels, which the library's generated code registers at the CPU key and its C shims
+// call (tools/torch/c_shims.py): each is named after its op, with its schema's arguments.
+namespace cpu {
+
+OwnedTensor linear_int8(TensorRef x, TensorRef weight, TensorRef weight_scale, TensorRef bias) {
+  const QuantizedLinearShape shape = check_linear_int8_args(x, weight, weight_scale, bias);
+  const ContiguousAs w(weight);
+  const ContiguousAs scales(weight_scale);
+  const float* scale_data = scales.ref().data_as<float>();
+  check_weight_scale_values("linear_int8", scale_data, scales.ref().numel());
+  return quantized_linear(x, bias, shape,
+                          [&](const uint8_t* q, const cpu_vec::QuantizedRow* params, float* out,
+                              const float* b, int64_t begin, int64_t end) {
+                            cpu_vec::linear_int8(q, params, shape.rows, shape.in_features,
+                                                 w.ref().data_as<int8_t>(), scale_data, b, out,
+                                                 shape.out_features, begin, end);
+                          });
+}
+
+OwnedTensor linear_int4(TensorRef x, TensorRef weight, TensorRef weight_scale, int64_t group_size,
+                        TensorRef bias) {
+  const QuantizedLinearShape shape =
+      check_linear_int4_args(x, weight, weight_scale, group_size, bias);
+  const ContiguousAs w(weight);
+  const ContiguousAs scales(weight_scale);
+  const float* scale_data = scales.ref().data_as<float>();
+  check_weight_scale_values("linear_int4", scale_data, scales.ref().numel());
+  return quantized_linear(x, bias, shape,
+                          [&](const uint8_t* q, const cpu_vec::QuantizedRow* params, float* out,
+                              const float* b, int64_t begin, int64_t end) {
+                            cpu_vec::linear_int4(q, params, shape.rows, shape.in_features,
+                                                 w.ref().data_as<uint8_t>(), scale_data, group_size,
+                                                 b, out, shape.out_features, begin, end);
+                          });
+}
+
+}  // namespace cpu
+}  // namespace my_ops

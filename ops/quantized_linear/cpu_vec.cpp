@@ -1,0 +1,349 @@
+#include "ops/quantized_linear/cpu_vec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#endif
+
+namespace my_ops::cpu_vec {
+namespace {
+
+// Half to even, as torch.round: nearbyint in the default rounding mode.
+inline int32_t round_to_int(float v) { return static_cast<int32_t>(std::nearbyint(v)); }
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// out[m, n] from the exact sums of one row and channel (quantized_linear.h's formulas).
+inline float int8_output(const QuantizedRow& p, int32_t q_dot_w, int64_t w_sum, float w_scale,
+                         float b) {
+  if (!p.finite) return kNaN;
+  const int64_t centered = int64_t{q_dot_w} - int64_t{p.zero_point} * w_sum;
+  return (p.scale * w_scale) * static_cast<float>(centered) + b;
+}
+
+#if defined(__x86_64__)
+// The products with AVX-512 VNNI, where the CPU has it: vpdpbusd multiplies 64 unsigned q bytes
+// by 64 signed weight bytes and adds each four adjacent products into 16 int32 lanes, exactly.
+// Compiled for that ISA alone (the rest of the library stays at x86-64-v3) and picked at run time.
+#define MY_OPS_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
+
+// From CPUID and XCR0 directly: __builtin_cpu_supports would tie the library to libgcc's CPU
+// model data.
+bool has_vnni() {
+  static const bool has = [] {
+    unsigned eax, ebx, ecx, edx;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    const bool avx512f = (ebx >> 16) & 1;
+    const bool avx512bw = (ebx >> 30) & 1;
+    const bool avx512vl = (ebx >> 31) & 1;
+    const bool vnni = (ecx >> 11) & 1;
+    if (!(avx512f && avx512bw && avx512vl && vnni)) return false;
+    // The OS must save the AVX-512 registers: OSXSAVE, then XCR0's SSE, AVX, opmask and ZMM bits.
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || ((ecx >> 27) & 1) == 0) return false;
+    unsigned xcr0_low, xcr0_high;
+    __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    (void)xcr0_high;
+    return (xcr0_low & 0xE6) == 0xE6;
+  }();
+  return has;
+}
+
+// The bytes [i, k) of a 64-byte step, as a load mask.
+MY_OPS_VNNI inline __mmask64 step_mask(int64_t remaining) {
+  return remaining >= 64 ? ~__mmask64{0} : (__mmask64{1} << remaining) - 1;
+}
+
+// dots[r][c] = sum_i q[r * q_stride + i] * w[c * w_stride + i] over i < k: R rows by C channels
+// at once, so that each weight step is loaded once for R rows and each q step once for C channels.
+template <int R, int C>
+MY_OPS_VNNI void int8_dots(const uint8_t* q, int64_t q_stride, const int8_t* w, int64_t w_stride,
+                           int64_t k, int32_t (&dots)[4][4]) {
+  __m512i acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_si512();
+  }
+  for (int64_t i = 0; i < k; i += 64) {
+    const __mmask64 mask = step_mask(k - i);
+    __m512i wv[C];
+    for (int c = 0; c < C; ++c) wv[c] = _mm512_maskz_loadu_epi8(mask, w + c * w_stride + i);
+    for (int r = 0; r < R; ++r) {
+      const __m512i xv = _mm512_maskz_loadu_epi8(mask, q + r * q_stride + i);
+      for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) dots[r][c] = _mm512_reduce_add_epi32(acc[r][c]);
+  }
+}
+
+using Int8Dots = void (*)(const uint8_t*, int64_t, const int8_t*, int64_t, int64_t,
+                          int32_t (&)[4][4]);
+
+template <int R>
+constexpr Int8Dots kInt8DotsForRows[4] = {&int8_dots<R, 1>, &int8_dots<R, 2>, &int8_dots<R, 3>,
+                                          &int8_dots<R, 4>};
+constexpr const Int8Dots* kInt8Dots[4] = {kInt8DotsForRows<1>, kInt8DotsForRows<2>,
+                                          kInt8DotsForRows<3>, kInt8DotsForRows<4>};
+
+MY_OPS_VNNI int64_t int8_weight_sum(const int8_t* w, int64_t k) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512i acc = _mm512_setzero_si512();
+  for (int64_t i = 0; i < k; i += 64) {
+    acc = _mm512_dpbusd_epi32(acc, ones, _mm512_maskz_loadu_epi8(step_mask(k - i), w + i));
+  }
+  return _mm512_reduce_add_epi32(acc);
+}
+
+void linear_int8_vnni(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
+                      const int8_t* weight, const float* weight_scale, const float* bias,
+                      float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
+  int32_t dots[4][4];
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += 4) {
+    const int channels = static_cast<int>(std::min<int64_t>(4, n_end - n0));
+    const int8_t* w = weight + n0 * k;
+    int64_t w_sums[4];
+    for (int c = 0; c < channels; ++c) w_sums[c] = int8_weight_sum(w + c * k, k);
+    for (int64_t m0 = 0; m0 < rows; m0 += 4) {
+      const int block_rows = static_cast<int>(std::min<int64_t>(4, rows - m0));
+      kInt8Dots[block_rows - 1][channels - 1](q + m0 * k, k, w, k, k, dots);
+      for (int r = 0; r < block_rows; ++r) {
+        for (int c = 0; c < channels; ++c) {
+          const int64_t n = n0 + c;
+          out[(m0 + r) * n_total + n] =
+              int8_output(params[m0 + r], dots[r][c], w_sums[c], weight_scale[n],
+                          bias != nullptr ? bias[n] : 0.0f);
+        }
+      }
+    }
+  }
+}
+
+// linear_int4 with AVX-512 VNNI. A step is 64 in_features: 32 weight bytes, whose low four bits
+// (the even k) become the step's first 32 bytes and whose high four bits (the odd k) its last 32,
+// so each row of q is permuted the same way once per call (int4_step_order). The 16 int32 lanes
+// of a step's sums then cover k 0-31 (lanes 0-3 and 8-11) and k 32-63 (lanes 4-7 and 12-15):
+// two groups of 32 at most, each lane scaled by its group's scale. A last step of 32 in_features
+// uses lanes 0-3 and 8-11 alone.
+#define MY_OPS_VNNI_VL __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+constexpr __mmask16 kSecondGroupLanes = 0xF0F0;
+
+// q's rows in the steps' order: [rows, steps * 64], a last half step padded with zeros.
+std::vector<uint8_t> int4_step_order(const uint8_t* q, int64_t rows, int64_t k) {
+  const int64_t steps = (k + 63) / 64;
+  std::vector<uint8_t> ordered(static_cast<size_t>(rows * steps * 64), 0);
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t i = 0; i < k; i += 2) {
+      const int64_t step = i / 64;
+      const int64_t j = (i % 64) / 2;
+      uint8_t* dst = ordered.data() + m * steps * 64 + step * 64;
+      dst[j] = q[m * k + i];
+      dst[32 + j] = q[m * k + i + 1];
+    }
+  }
+  return ordered;
+}
+
+// totals[r][c] = sum_g weight_scale[c, g] * sum_{k in g} (q[r, k] - zero[r]) * w[c, k].
+template <int R, int C>
+MY_OPS_VNNI_VL void int4_block(const uint8_t* ordered, int64_t ordered_stride,
+                               const QuantizedRow* params, const uint8_t* w, int64_t w_stride,
+                               const float* scales, int64_t groups, int64_t group_size, int64_t k,
+                               float (&totals)[4][4]) {
+  const __m256i low_bits = _mm256_set1_epi8(0x0F);
+  const __m512i eight = _mm512_set1_epi8(8);
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i zero = _mm512_setzero_si512();
+  __m512 zero_points[R];
+  for (int r = 0; r < R; ++r)
+    zero_points[r] = _mm512_set1_ps(static_cast<float>(params[r].zero_point));
+  __m512 total[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) total[r][c] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < k; i += 64) {
+    const bool half = k - i < 64;
+    const __mmask16 lanes = half ? __mmask16{0x0F0F} : __mmask16{0xFFFF};
+    const __mmask32 bytes = half ? __mmask32{0xFFFF} : ~__mmask32{0};
+    const int64_t first_group = i / group_size;
+    const int64_t second_group = half ? first_group : (i + 32) / group_size;
+    __m512i weights[C];
+    __m512 weight_sums[C];
+    __m512 step_scales[C];
+    for (int c = 0; c < C; ++c) {
+      const __m256i packed = _mm256_maskz_loadu_epi8(bytes, w + c * w_stride + i / 2);
+      const __m256i even = _mm256_and_si256(packed, low_bits);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi16(packed, 4), low_bits);
+      weights[c] = _mm512_sub_epi8(_mm512_inserti64x4(_mm512_castsi256_si512(even), odd, 1), eight);
+      // Integers of at most 4 * 8 in magnitude: exact in float.
+      weight_sums[c] = _mm512_cvtepi32_ps(_mm512_maskz_dpbusd_epi32(lanes, zero, ones, weights[c]));
+      step_scales[c] =
+          _mm512_mask_blend_ps(kSecondGroupLanes, _mm512_set1_ps(scales[c * groups + first_group]),
+                               _mm512_set1_ps(scales[c * groups + second_group]));
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512i x = _mm512_loadu_si512(ordered + r * ordered_stride + i);
+      for (int c = 0; c < C; ++c) {
+        const __m512i sums = _mm512_maskz_dpbusd_epi32(lanes, zero, x, weights[c]);
+        // sum (q - zero) * w = sum q * w - zero * sum w, exact: integers below 2**24.
+        const __m512 centered =
+            _mm512_fnmadd_ps(zero_points[r], weight_sums[c], _mm512_cvtepi32_ps(sums));
+        total[r][c] = _mm512_fmadd_ps(centered, step_scales[c], total[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) totals[r][c] = _mm512_reduce_add_ps(total[r][c]);
+  }
+}
+
+using Int4Block = void (*)(const uint8_t*, int64_t, const QuantizedRow*, const uint8_t*, int64_t,
+                           const float*, int64_t, int64_t, int64_t, float (&)[4][4]);
+
+// Four rows by two channels: the sixteen float accumulators of four by four would not leave
+// registers for the unpacked weights.
+template <int R>
+constexpr Int4Block kInt4BlocksForRows[2] = {&int4_block<R, 1>, &int4_block<R, 2>};
+constexpr const Int4Block* kInt4Blocks[4] = {kInt4BlocksForRows<1>, kInt4BlocksForRows<2>,
+                                             kInt4BlocksForRows<3>, kInt4BlocksForRows<4>};
+
+void linear_int4_vnni(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
+                      const uint8_t* weight, const float* weight_scale, int64_t group_size,
+                      const float* bias, float* out, int64_t n_total, int64_t n_begin,
+                      int64_t n_end) {
+  const std::vector<uint8_t> ordered = int4_step_order(q, rows, k);
+  const int64_t ordered_stride = (k + 63) / 64 * 64;
+  const int64_t groups = k / group_size;
+  float totals[4][4];
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += 2) {
+    const int channels = static_cast<int>(std::min<int64_t>(2, n_end - n0));
+    for (int64_t m0 = 0; m0 < rows; m0 += 4) {
+      const int block_rows = static_cast<int>(std::min<int64_t>(4, rows - m0));
+      kInt4Blocks[block_rows - 1][channels - 1](
+          ordered.data() + m0 * ordered_stride, ordered_stride, params + m0, weight + n0 * (k / 2),
+          k / 2, weight_scale + n0 * groups, groups, group_size, k, totals);
+      for (int r = 0; r < block_rows; ++r) {
+        const QuantizedRow& p = params[m0 + r];
+        for (int c = 0; c < channels; ++c) {
+          const int64_t n = n0 + c;
+          out[(m0 + r) * n_total + n] =
+              p.finite ? p.scale * totals[r][c] + (bias != nullptr ? bias[n] : 0.0f) : kNaN;
+        }
+      }
+    }
+  }
+}
+#endif  // __x86_64__
+
+}  // namespace
+
+void quantize_rows(const float* x, int64_t k, int64_t begin, int64_t end, uint8_t* q,
+                   QuantizedRow* params) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* row = x + r * k;
+    uint8_t* q_row = q + r * k;
+    float lo = 0.0f;
+    float hi = 0.0f;
+    // v * 0 is NaN exactly when v is an infinity or a NaN, which min and max would pass over.
+    float poison = 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+      lo = row[i] < lo ? row[i] : lo;
+      hi = row[i] > hi ? row[i] : hi;
+      poison += row[i] * 0.0f;
+    }
+    const float range = hi - lo;
+    if (poison != 0.0f || !(range <= std::numeric_limits<float>::max())) {
+      params[r] = {1.0f, 0, false};
+      std::fill(q_row, q_row + k, uint8_t{0});
+      continue;
+    }
+    float scale = range / 255.0f;
+    // A row of zeros, or one so small that 1 / scale would overflow: every q is the zero point.
+    if (scale < std::numeric_limits<float>::min()) scale = 1.0f;
+    const float inverse = 1.0f / scale;
+    const int32_t zero = std::clamp(-round_to_int(lo * inverse), 0, 255);
+    for (int64_t i = 0; i < k; ++i) {
+      q_row[i] = static_cast<uint8_t>(std::clamp(round_to_int(row[i] * inverse) + zero, 0, 255));
+    }
+    params[r] = {scale, zero, true};
+  }
+}
+
+void linear_int8(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
+                 const int8_t* weight, const float* weight_scale, const float* bias, float* out,
+                 int64_t n_total, int64_t n_begin, int64_t n_end) {
+#if defined(__x86_64__)
+  if (has_vnni()) {
+    linear_int8_vnni(q, params, rows, k, weight, weight_scale, bias, out, n_total, n_begin, n_end);
+    return;
+  }
+#endif
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    const int8_t* w = weight + n * k;
+    // sum_k (q - zero) * w = sum_k q * w - zero * sum_k w, so q stays unsigned.
+    int64_t w_sum = 0;
+    for (int64_t i = 0; i < k; ++i) w_sum += w[i];
+    const float b = bias != nullptr ? bias[n] : 0.0f;
+    for (int64_t m = 0; m < rows; ++m) {
+      const uint8_t* q_row = q + m * k;
+      int32_t acc = 0;
+      for (int64_t i = 0; i < k; ++i) acc += int32_t{q_row[i]} * int32_t{w[i]};
+      out[m * n_total + n] = int8_output(params[m], acc, w_sum, weight_scale[n], b);
+    }
+  }
+}
+
+void linear_int4(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
+                 const uint8_t* weight, const float* weight_scale, int64_t group_size,
+                 const float* bias, float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
+#if defined(__x86_64__)
+  if (has_vnni()) {
+    linear_int4_vnni(q, params, rows, k, weight, weight_scale, group_size, bias, out, n_total,
+                     n_begin, n_end);
+    return;
+  }
+#endif
+  const int64_t groups = k / group_size;
+  const int64_t row_bytes = k / 2;
+  const int64_t group_bytes = group_size / 2;
+  std::vector<int32_t> w_sums(static_cast<size_t>(groups));
+  for (int64_t n = n_begin; n < n_end; ++n) {
+    const uint8_t* w = weight + n * row_bytes;
+    const float* scales = weight_scale + n * groups;
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t sum = 0;
+      for (int64_t j = g * group_bytes; j < (g + 1) * group_bytes; ++j) {
+        sum += (w[j] & 15) + (w[j] >> 4) - 16;
+      }
+      w_sums[static_cast<size_t>(g)] = sum;
+    }
+    const float b = bias != nullptr ? bias[n] : 0.0f;
+    for (int64_t m = 0; m < rows; ++m) {
+      const QuantizedRow& p = params[m];
+      float& o = out[m * n_total + n];
+      if (!p.finite) {
+        o = kNaN;
+        continue;
+      }
+      const uint8_t* q_row = q + m * k;
+      float total = 0.0f;
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t acc = 0;
+        for (int64_t j = g * group_bytes; j < (g + 1) * group_bytes; ++j) {
+          acc += int32_t{q_row[2 * j]} * ((w[j] & 15) - 8) +
+                 int32_t{q_row[2 * j + 1]} * ((w[j] >> 4) - 8);
+        }
+        const int32_t centered = acc - p.zero_point * w_sums[static_cast<size_t>(g)];
+        total += static_cast<float>(centered) * scales[g];
+      }
+      o = p.scale * total + b;
+    }
+  }
+}
+
+}  // namespace my_ops::cpu_vec
