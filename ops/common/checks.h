@@ -74,14 +74,22 @@ __attribute__((noinline, cold)) inline void fail_primary_input(std::string_view 
                " to have at least 1 dimension, got a 0-d tensor");
 }
 
-__attribute__((noinline, cold)) inline void fail_same_device_and_dtype(
-    std::string_view op, std::string_view name, TensorRef t, std::string_view primary_name,
-    TensorRef primary) {
+// Fails unless `t` is defined and on `primary`'s device; returns otherwise.
+__attribute__((noinline, cold)) inline void fail_same_device(std::string_view op,
+                                                             std::string_view name, TensorRef t,
+                                                             std::string_view primary_name,
+                                                             TensorRef primary) {
   MY_OPS_CHECK(t.defined(), op, ": expected ", name, " to be a defined tensor");
   MY_OPS_CHECK(
       t.device_type() == primary.device_type() && t.device_index() == primary.device_index(), op,
       ": expected ", name, " to be on the same device as ", primary_name, " (", device_of(primary),
       "), got ", device_of(t));
+}
+
+__attribute__((noinline, cold)) inline void fail_same_device_and_dtype(
+    std::string_view op, std::string_view name, TensorRef t, std::string_view primary_name,
+    TensorRef primary) {
+  fail_same_device(op, name, t, primary_name, primary);
   MY_OPS_CHECK(t.scalar_type() == primary.scalar_type(), op, ": expected ", name,
                " to have the same dtype as ", primary_name, " (", primary.scalar_type(), "), got ",
                t.scalar_type());

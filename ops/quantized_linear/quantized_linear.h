@@ -47,10 +47,7 @@ __attribute__((noinline, cold)) inline void fail_quantized_weight(std::string_vi
                                                                   TensorRef weight, TensorRef x,
                                                                   ScalarType dtype,
                                                                   int64_t values_per_byte) {
-  MY_OPS_CHECK(weight.defined(), op, ": expected weight to be a defined tensor");
-  MY_OPS_CHECK(weight.device_type() == x.device_type() && weight.device_index() == x.device_index(),
-               op, ": expected weight to be on the same device as x (", device_of(x), "), got ",
-               device_of(weight));
+  fail_same_device(op, "weight", weight, "x", x);
   MY_OPS_CHECK(weight.scalar_type() == dtype, op, ": expected weight to have dtype ",
                values_per_byte == 2 ? "uint8 (two int4 values a byte)" : "int8", ", got ",
                weight.scalar_type());
@@ -66,10 +63,7 @@ __attribute__((noinline, cold)) inline void fail_quantized_weight(std::string_vi
 __attribute__((noinline, cold)) inline void fail_weight_scale(std::string_view op, TensorRef scale,
                                                               TensorRef x, int64_t out_features,
                                                               int64_t groups) {
-  MY_OPS_CHECK(scale.defined(), op, ": expected weight_scale to be a defined tensor");
-  MY_OPS_CHECK(scale.device_type() == x.device_type() && scale.device_index() == x.device_index(),
-               op, ": expected weight_scale to be on the same device as x (", device_of(x),
-               "), got ", device_of(scale));
+  fail_same_device(op, "weight_scale", scale, "x", x);
   MY_OPS_CHECK(scale.scalar_type() == ScalarType::Float, op,
                ": expected weight_scale to have dtype Float, got ", scale.scalar_type());
   if (groups == kPerChannel) {

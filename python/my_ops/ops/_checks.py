@@ -43,12 +43,16 @@ def check_primary(op: str, x: torch.Tensor, last_dim_multiple: int = 1, min_dim:
         )
 
 
-def check_same_device_and_dtype(op: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+def check_same_device(op: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
     check_defined(op, name, t)
     torch._check(
         t.device == x.device,
         lambda: f"{op}: expected {name} to be on the same device as x ({x.device}), got {t.device}",
     )
+
+
+def check_same_device_and_dtype(op: str, name: str, t: torch.Tensor, x: torch.Tensor) -> None:
+    check_same_device(op, name, t, x)
     torch._check(
         t.dtype == x.dtype,
         lambda: f"{op}: expected {name} to have the same dtype as x ({x.dtype}), got {t.dtype}",
@@ -103,11 +107,7 @@ INT4_GROUP_MULTIPLE = 32
 def check_quantized_weight(
     op: str, name: str, w: torch.Tensor, x: torch.Tensor, dtype: torch.dtype, per_byte: int
 ) -> None:
-    check_defined(op, name, w)
-    torch._check(
-        w.device == x.device,
-        lambda: f"{op}: expected {name} to be on the same device as x ({x.device}), got {w.device}",
-    )
+    check_same_device(op, name, w, x)
     packed = " (two int4 values a byte)" if per_byte == 2 else ""
     torch._check(
         w.dtype == dtype,
@@ -134,11 +134,7 @@ def check_weight_scale(
     op: str, name: str, s: torch.Tensor, x: torch.Tensor, out_features: int, groups: int | None
 ) -> None:
     """``groups`` None: one scale per output channel, else [out_features, groups]."""
-    check_defined(op, name, s)
-    torch._check(
-        s.device == x.device,
-        lambda: f"{op}: expected {name} to be on the same device as x ({x.device}), got {s.device}",
-    )
+    check_same_device(op, name, s, x)
     torch._check(
         s.dtype == torch.float32,
         lambda: f"{op}: expected {name} to have dtype torch.float32, got {s.dtype}",
