@@ -34,7 +34,11 @@ OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const QuantizedLinearS
   const int64_t k = shape.in_features;
   std::vector<uint8_t> q(static_cast<size_t>(rows * k));
   std::vector<cpu_vec::QuantizedRow> params(static_cast<size_t>(rows));
-  cpu_vec::quantize_rows(x_float.ref().data_as<float>(), k, 0, rows, q.data(), params.data());
+  const float* x_data = x_float.ref().data_as<float>();
+  parallel_for_work(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, k)), rows * k,
+                    [&](int64_t begin, int64_t end) {
+                      cpu_vec::quantize_rows(x_data, k, begin, end, q.data(), params.data());
+                    });
 
   // A float32 result is written in place; another dtype through a float32 one, converted once.
   std::optional<OwnedTensor> out_float;

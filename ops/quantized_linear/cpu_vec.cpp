@@ -1,8 +1,11 @@
 #include "ops/quantized_linear/cpu_vec.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -238,12 +241,330 @@ void linear_int4_vnni(const uint8_t* q, const QuantizedRow* params, int64_t rows
     }
   }
 }
+
+// The products at several rows (kMinTileRows and more: from 8, a half-empty tile is already
+// faster than the per-channel dot products above): vpdpbusd with sixteen rows in a vector's
+// lanes and one weight dword (4 in_features of a channel) broadcast to all of them, so that each
+// load of q serves a whole row of channels and each weight dword sixteen rows, and no sum is
+// reduced across lanes. q is laid out for it once per call (tile_rows); the weights are read as
+// they are: int8 rows directly, int4 rows unpacked to int8 one block of channels at a time.
+inline constexpr int64_t kMinTileRows = 8;
+inline constexpr int kTileRows = 16;
+
+// q's rows as tiles of 16: tile t, step s (in_features 4s to 4s + 3), row t * 16 + l at bytes
+// [t * 16 * k + s * 64 + l * 4, + 4), zero past the last row. k is a multiple of 4.
+std::vector<uint8_t> tile_rows(const uint8_t* q, int64_t rows, int64_t k) {
+  const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
+  std::vector<uint8_t> tiled(static_cast<size_t>(tiles * kTileRows * k), 0);
+  for (int64_t m = 0; m < rows; ++m) {
+    uint8_t* dst = tiled.data() + (m / kTileRows) * kTileRows * k + (m % kTileRows) * 4;
+    const uint8_t* src = q + m * k;
+    for (int64_t s = 0; s < k / 4; ++s) std::memcpy(dst + s * 64, src + s * 4, 4);
+  }
+  return tiled;
+}
+
+// One tile's quantization parameters, lane l being its row l; plain arrays, loaded unaligned,
+// so that the tensor code's vectors hold them without AVX-512 types.
+struct TileParams {
+  int32_t zero_points[kTileRows];
+  float scales[kTileRows];
+  __mmask16 finite;  // rows whose outputs are numbers
+  __mmask16 rows;    // rows that exist
+};
+
+TileParams tile_params(const QuantizedRow* params, int64_t rows) {
+  TileParams tile{};
+  const int64_t present = std::min<int64_t>(rows, kTileRows);
+  for (int64_t l = 0; l < present; ++l) {
+    tile.zero_points[l] = params[l].zero_point;
+    tile.scales[l] = params[l].scale;
+    if (params[l].finite) tile.finite = static_cast<__mmask16>(tile.finite | (1u << l));
+  }
+  tile.rows = static_cast<__mmask16>((1u << present) - 1);
+  return tile;
+}
+
+// What a block of channels needs beyond q: its weights as int8 rows of `w_stride` bytes, and for
+// each channel c and group g (one group of k for int8) the group's scale and the sum of its
+// weights, which takes the zero points out: sum (q - zero) * w = sum q * w - zero * sum w.
+struct ChannelBlock {
+  const int8_t* weights;
+  int64_t w_stride;
+  const float* scales;  // [c * groups + g]
+  const int32_t* sums;  // [c * groups + g]
+  const float* bias;    // [c], or null
+  int64_t groups;
+  int64_t group_steps;  // in_features / 4 per group
+};
+
+// The loops over a block's tiles and channels, unrolled whole, so that its accumulators are
+// registers: GCC 12 at -O2 keeps an array indexed in a loop it has not unrolled in memory, and
+// did, which halved the blocks' speed.
+#define MY_OPS_UNROLL _Pragma("GCC unroll 32")
+
+// acc += the four-byte dot products of x (unsigned) and w (signed), lane by lane. In assembly,
+// which ties the accumulator to its register: with _mm512_dpbusd_epi32 GCC 12 copied each
+// accumulator to another register and back on every step.
+MY_OPS_VNNI inline __attribute__((always_inline)) void dpbusd(__m512i& acc, __m512i x, __m512i w) {
+  __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(x), "v"(w));
+}
+
+// dots[t][c] = sum over steps [first, first + steps) of q * w: tile t's rows by channel c.
+template <int T, int C>
+MY_OPS_VNNI inline __attribute__((always_inline)) void tile_dots(const uint8_t* tiles,
+                                                                 int64_t tile_stride,
+                                                                 const ChannelBlock& block,
+                                                                 int64_t first, int64_t steps,
+                                                                 __m512i (&dots)[T][C]) {
+  MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) dots[t][c] = _mm512_setzero_si512();
+  }
+  for (int64_t s = first; s < first + steps; ++s) {
+    __m512i x[T];
+    MY_OPS_UNROLL for (int t = 0; t < T; ++t) x[t] =
+        _mm512_loadu_si512(tiles + t * tile_stride + s * 64);
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
+      int32_t dword;
+      std::memcpy(&dword, block.weights + c * block.w_stride + s * 4, 4);
+      const __m512i w = _mm512_set1_epi32(dword);
+      MY_OPS_UNROLL for (int t = 0; t < T; ++t) dpbusd(dots[t][c], x[t], w);
+    }
+  }
+}
+
+// sum_{k in g} (q - zero) * w = dots - zero * sum_{k in g} w, in int32 with wrap-around: the true
+// difference fits (K <= 65536 for int8, a group's few bits for int4).
+MY_OPS_VNNI inline __attribute__((always_inline)) __m512 centered(__m512i dots,
+                                                                  const TileParams& params,
+                                                                  int32_t w_sum) {
+  const __m512i zero_times_sum =
+      _mm512_mullo_epi32(_mm512_loadu_si512(params.zero_points), _mm512_set1_epi32(w_sum));
+  return _mm512_cvtepi32_ps(_mm512_sub_epi32(dots, zero_times_sum));
+}
+
+// out[row, c] = row scale * total + bias for tile `params`'s rows, NaN for a row with a
+// non-finite value; the rows are 16 outputs apart by n_total.
+MY_OPS_VNNI inline __attribute__((always_inline)) void store_column(float* out, int64_t n_total,
+                                                                    const TileParams& params,
+                                                                    __m512 total, float bias) {
+  const __m512i row_offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int32_t>(n_total)));
+  __m512 value = _mm512_fmadd_ps(_mm512_loadu_ps(params.scales), total, _mm512_set1_ps(bias));
+  value = _mm512_mask_mov_ps(_mm512_set1_ps(kNaN), params.finite, value);
+  _mm512_mask_i32scatter_ps(out, params.rows, row_offsets, value, 4);
+}
+
+// out[row, c] for T tiles of rows and C channels: total = sum_g scale[c, g] *
+// sum_{k in g} (q - zero) * w, exact integers until the scale. With one group (int8) the sums are
+// scaled as they finish; with groups (int4) into float totals kept beside them.
+template <int T, int C, bool Grouped>
+MY_OPS_VNNI void tile_block(const uint8_t* tiles, int64_t tile_stride, const TileParams* params,
+                            const ChannelBlock& block, float* out, int64_t n_total) {
+  __m512i dots[T][C];
+  if constexpr (!Grouped) {
+    tile_dots<T, C>(tiles, tile_stride, block, 0, block.group_steps, dots);
+    MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+      MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
+        const __m512 total = _mm512_mul_ps(centered(dots[t][c], params[t], block.sums[c]),
+                                           _mm512_set1_ps(block.scales[c]));
+        store_column(out + t * kTileRows * n_total + c, n_total, params[t], total,
+                     block.bias != nullptr ? block.bias[c] : 0.0f);
+      }
+    }
+  } else {
+    __m512 totals[T][C];
+    MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+      MY_OPS_UNROLL for (int c = 0; c < C; ++c) totals[t][c] = _mm512_setzero_ps();
+    }
+    for (int64_t g = 0; g < block.groups; ++g) {
+      tile_dots<T, C>(tiles, tile_stride, block, g * block.group_steps, block.group_steps, dots);
+      MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
+        const __m512 scale = _mm512_set1_ps(block.scales[c * block.groups + g]);
+        MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+          totals[t][c] =
+              _mm512_fmadd_ps(centered(dots[t][c], params[t], block.sums[c * block.groups + g]),
+                              scale, totals[t][c]);
+        }
+      }
+    }
+    MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+      MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
+        store_column(out + t * kTileRows * n_total + c, n_total, params[t], totals[t][c],
+                     block.bias != nullptr ? block.bias[c] : 0.0f);
+      }
+    }
+  }
+}
+
+// Two tiles at a time by a block of channels, the last tile and the last block of a range
+// smaller. int8 runs one group, so its 24 int32 accumulators (2 tiles by 12 channels) are the only
+// ones live in the loop; int4 scales each group into float totals, so its 2 by 6 keeps both sets
+// (24 registers) in the 32 that AVX-512 has.
+inline constexpr int kTilesAtOnce = 2;
+inline constexpr int kInt8BlockChannels = 12;
+inline constexpr int kInt4BlockChannels = 6;
+
+using TileBlock = void (*)(const uint8_t*, int64_t, const TileParams*, const ChannelBlock&, float*,
+                           int64_t);
+
+template <int T, bool Grouped, size_t... C>
+constexpr std::array<TileBlock, sizeof...(C)> tile_blocks_of(std::index_sequence<C...>) {
+  return {&tile_block<T, static_cast<int>(C) + 1, Grouped>...};
+}
+
+template <int Channels, bool Grouped>
+constexpr std::array<std::array<TileBlock, Channels>, kTilesAtOnce> kTileBlocks = {
+    tile_blocks_of<1, Grouped>(std::make_index_sequence<Channels>()),
+    tile_blocks_of<2, Grouped>(std::make_index_sequence<Channels>())};
+
+// Runs `block_for(n0, channels)`'s block over every tile, for each block of channels in
+// [n_begin, n_end).
+template <int Channels, bool Grouped, class BlockFor>
+void tiled_products(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
+                    float* out, int64_t n_total, int64_t n_begin, int64_t n_end,
+                    const BlockFor& block_for) {
+  const std::vector<uint8_t> tiled = tile_rows(q, rows, k);
+  const int64_t tile_stride = kTileRows * k;
+  const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
+  std::vector<TileParams> tile_parameters;
+  tile_parameters.reserve(static_cast<size_t>(tiles));
+  for (int64_t t = 0; t < tiles; ++t) {
+    tile_parameters.push_back(tile_params(params + t * kTileRows, rows - t * kTileRows));
+  }
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += Channels) {
+    const int channels = static_cast<int>(std::min<int64_t>(Channels, n_end - n0));
+    const ChannelBlock block = block_for(n0, channels);
+    for (int64_t t0 = 0; t0 < tiles; t0 += kTilesAtOnce) {
+      const int at_once = static_cast<int>(std::min<int64_t>(kTilesAtOnce, tiles - t0));
+      kTileBlocks<Channels, Grouped>[at_once - 1][channels - 1](
+          tiled.data() + t0* tile_stride, tile_stride, tile_parameters.data() + t0, block,
+          out + t0* kTileRows* n_total + n0, n_total);
+    }
+  }
+}
+
+void linear_int8_tiles(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
+                       const int8_t* weight, const float* weight_scale, const float* bias,
+                       float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
+  int32_t sums[kInt8BlockChannels];
+  tiled_products<kInt8BlockChannels, false>(
+      q, params, rows, k, out, n_total, n_begin, n_end, [&](int64_t n0, int channels) {
+        // |sum| <= 128 * K: an int32 for every K the op takes.
+        for (int c = 0; c < channels; ++c) {
+          sums[c] = static_cast<int32_t>(int8_weight_sum(weight + (n0 + c) * k, k));
+        }
+        return ChannelBlock{weight + n0 * k,
+                            k,
+                            weight_scale + n0,
+                            sums,
+                            bias != nullptr ? bias + n0 : nullptr,
+                            1,
+                            k / 4};
+      });
+}
+
+// Rows [0, channels) of int4 weights as int8 in in_feature order, and each group's sum.
+MY_OPS_VNNI void unpack_int4_rows(const uint8_t* weight, int64_t k, int64_t group_size,
+                                  int channels, int8_t* unpacked, int32_t* sums) {
+  const __m128i low_bits = _mm_set1_epi8(0x0F);
+  const __m128i eight = _mm_set1_epi8(8);
+  const __m128i zero = _mm_setzero_si128();
+  const int64_t groups = k / group_size;
+  for (int c = 0; c < channels; ++c) {
+    const uint8_t* row = weight + c * (k / 2);
+    int8_t* dst = unpacked + c * k;
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t sum = 0;
+      for (int64_t i = g * group_size; i < (g + 1) * group_size; i += 32) {
+        const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + i / 2));
+        const __m128i even = _mm_and_si128(bytes, low_bits);
+        const __m128i odd = _mm_and_si128(_mm_srli_epi16(bytes, 4), low_bits);
+        // Byte j holds in_features 2j (low bits) and 2j + 1: interleaving restores their order.
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                         _mm_sub_epi8(_mm_unpacklo_epi8(even, odd), eight));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i + 16),
+                         _mm_sub_epi8(_mm_unpackhi_epi8(even, odd), eight));
+        const __m128i stored = _mm_add_epi64(_mm_sad_epu8(even, zero), _mm_sad_epu8(odd, zero));
+        sum += _mm_cvtsi128_si32(stored) + _mm_extract_epi32(stored, 2) - 8 * 32;
+      }
+      sums[c * groups + g] = sum;
+    }
+  }
+}
+
+void linear_int4_tiles(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
+                       const uint8_t* weight, const float* weight_scale, int64_t group_size,
+                       const float* bias, float* out, int64_t n_total, int64_t n_begin,
+                       int64_t n_end) {
+  const int64_t groups = k / group_size;
+  std::vector<int8_t> unpacked(static_cast<size_t>(kInt4BlockChannels * k));
+  std::vector<int32_t> sums(static_cast<size_t>(kInt4BlockChannels * groups));
+  tiled_products<kInt4BlockChannels, true>(
+      q, params, rows, k, out, n_total, n_begin, n_end, [&](int64_t n0, int channels) {
+        unpack_int4_rows(weight + n0 * (k / 2), k, group_size, channels, unpacked.data(),
+                         sums.data());
+        return ChannelBlock{unpacked.data(),
+                            k,
+                            weight_scale + n0 * groups,
+                            sums.data(),
+                            bias != nullptr ? bias + n0 : nullptr,
+                            groups,
+                            group_size / 4};
+      });
+}
+
+// quantize_rows' row with AVX-512: the same float operations in the same order per element, so
+// the same q; only min and max are reduced in another order, which cannot change them.
+MY_OPS_VNNI QuantizedRow quantize_row_avx512(const float* row, int64_t k, uint8_t* q_row) {
+  __m512 lo = _mm512_setzero_ps();
+  __m512 hi = _mm512_setzero_ps();
+  __m512 poison = _mm512_setzero_ps();
+  for (int64_t i = 0; i < k; i += 16) {
+    const __mmask16 mask = k - i >= 16 ? __mmask16{0xFFFF} : (__mmask16{1} << (k - i)) - 1;
+    const __m512 v = _mm512_maskz_loadu_ps(mask, row + i);
+    lo = _mm512_min_ps(v, lo);
+    hi = _mm512_max_ps(v, hi);
+    poison = _mm512_add_ps(poison, _mm512_mul_ps(v, _mm512_setzero_ps()));
+  }
+  const float low = _mm512_reduce_min_ps(lo);
+  const float range = _mm512_reduce_max_ps(hi) - low;
+  if (_mm512_reduce_add_ps(poison) != 0.0f || !(range <= std::numeric_limits<float>::max())) {
+    std::memset(q_row, 0, static_cast<size_t>(k));
+    return {1.0f, 0, false};
+  }
+  float scale = range / 255.0f;
+  if (scale < std::numeric_limits<float>::min()) scale = 1.0f;
+  const float inverse = 1.0f / scale;
+  const int32_t zero = std::clamp(-round_to_int(low * inverse), 0, 255);
+  const __m512 inverse_v = _mm512_set1_ps(inverse);
+  const __m512i zero_v = _mm512_set1_epi32(zero);
+  const __m512i min_q = _mm512_setzero_si512();
+  const __m512i max_q = _mm512_set1_epi32(255);
+  for (int64_t i = 0; i < k; i += 16) {
+    const __mmask16 mask = k - i >= 16 ? __mmask16{0xFFFF} : (__mmask16{1} << (k - i)) - 1;
+    const __m512 scaled = _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, row + i), inverse_v);
+    const __m512i rounded = _mm512_cvtps_epi32(
+        _mm512_roundscale_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m512i clamped =
+        _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(rounded, zero_v), min_q), max_q);
+    _mm512_mask_cvtepi32_storeu_epi8(q_row + i, mask, clamped);
+  }
+  return {scale, zero, true};
+}
 #endif  // __x86_64__
 
 }  // namespace
 
 void quantize_rows(const float* x, int64_t k, int64_t begin, int64_t end, uint8_t* q,
                    QuantizedRow* params) {
+#if defined(__x86_64__)
+  if (has_vnni()) {
+    for (int64_t r = begin; r < end; ++r) params[r] = quantize_row_avx512(x + r * k, k, q + r * k);
+    return;
+  }
+#endif
   for (int64_t r = begin; r < end; ++r) {
     const float* row = x + r * k;
     uint8_t* q_row = q + r * k;
@@ -278,6 +599,10 @@ void linear_int8(const uint8_t* q, const QuantizedRow* params, int64_t rows, int
                  const int8_t* weight, const float* weight_scale, const float* bias, float* out,
                  int64_t n_total, int64_t n_begin, int64_t n_end) {
 #if defined(__x86_64__)
+  if (has_vnni() && rows >= kMinTileRows && k % 4 == 0) {
+    linear_int8_tiles(q, params, rows, k, weight, weight_scale, bias, out, n_total, n_begin, n_end);
+    return;
+  }
   if (has_vnni()) {
     linear_int8_vnni(q, params, rows, k, weight, weight_scale, bias, out, n_total, n_begin, n_end);
     return;
@@ -302,6 +627,11 @@ void linear_int4(const uint8_t* q, const QuantizedRow* params, int64_t rows, int
                  const uint8_t* weight, const float* weight_scale, int64_t group_size,
                  const float* bias, float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
 #if defined(__x86_64__)
+  if (has_vnni() && rows >= kMinTileRows) {
+    linear_int4_tiles(q, params, rows, k, weight, weight_scale, group_size, bias, out, n_total,
+                      n_begin, n_end);
+    return;
+  }
   if (has_vnni()) {
     linear_int4_vnni(q, params, rows, k, weight, weight_scale, group_size, bias, out, n_total,
                      n_begin, n_end);

@@ -26,7 +26,9 @@ namespace my_ops {
 //               + bias[n].
 // x is any floating dtype; the math is float32 (x converted first), and out has x's dtype and
 // shape [..., N]. bias, optional, is [N] of x's dtype. The kernels read the weights as the
-// exporter writes them: there is no other packed form, so nothing is repacked at load or per call.
+// exporter writes them: there is no other packed form, so nothing is repacked at load. Per call
+// the CPU kernels quantize x, lay its rows out for the products (at 8 rows and more), and unpack
+// int4 weights to int8 a block of channels at a time, in cache, as they multiply.
 
 // Group sizes are multiples of this, so that a group is whole bytes of packed int4 weights and
 // whole lanes of the kernels' vectors.

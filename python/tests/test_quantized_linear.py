@@ -35,7 +35,9 @@ def _exact_rows(rows: int, k: int, g: torch.Generator) -> torch.Tensor:
 @pytest.mark.parametrize("device", DEVICES)
 def test_linear_int8_products_are_exact(device):
     g = torch.Generator().manual_seed(0)
-    for rows, k, n in ((1, 8, 3), (5, 257, 19), (16, 1024, 33)):
+    # Few rows and many, whole tiles of 16 rows and a part of one, blocks of channels whole and
+    # not, an in_features that is not a multiple of 4.
+    for rows, k, n in ((1, 8, 3), (5, 257, 19), (17, 257, 19), (16, 1024, 33), (37, 512, 29)):
         x = _exact_rows(rows, k, g)
         w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
         scale = torch.ones(n)
@@ -55,7 +57,7 @@ def test_linear_int8_products_are_exact(device):
 @pytest.mark.parametrize("group_size", [32, 64, 128])
 def test_linear_int4_products_are_exact(device, group_size):
     g = torch.Generator().manual_seed(1)
-    for rows, k, n in ((1, 128, 3), (7, 256, 17), (16, 1024, 33)):
+    for rows, k, n in ((1, 128, 3), (7, 256, 17), (16, 1024, 33), (37, 512, 29)):
         x = _exact_rows(rows, k, g)
         values = torch.randint(-8, 8, (n, k), generator=g)
         groups = k // group_size
@@ -86,15 +88,18 @@ def _call(op: str, x, w, bias=None):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", OPS)
-def test_a_row_with_an_infinity_or_nan_gives_nan_and_leaves_the_others(device, op):
-    x = torch.randn(4, 64, device=device)
+@pytest.mark.parametrize("rows", [4, 20])
+def test_a_row_with_an_infinity_or_nan_gives_nan_and_leaves_the_others(device, op, rows):
+    x = torch.randn(rows, 64, device=device)
     w = torch.randn(6, 64)
     clean = _call(op, x, w)
     x[1, 3] = float("inf")
     x[2, 9] = float("nan")
     got = _call(op, x, w)
     assert got[1].isnan().all() and got[2].isnan().all()
-    torch.testing.assert_close(got[[0, 3]], clean[[0, 3]], rtol=0, atol=0)
+    others = [0] + list(range(3, rows))
+    assert not got[others].isnan().any()
+    torch.testing.assert_close(got[others], clean[others], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("op", OPS)
