@@ -3,6 +3,11 @@
 ``python -m deploy.bench.model_worker onnx-export MODEL LENGTH OUT``
     exports the original (unpatched) model at LENGTH to OUT with ``torch.onnx.export(...,
     dynamo=True)``, weights inside the file.
+``python -m deploy.bench.model_worker ort-quantize SCHEME IN OUT``
+    writes OUT, the ONNX model IN quantized with ONNX Runtime's documented recipe for SCHEME:
+    ``int8``, ``quant_pre_process`` then ``quantize_dynamic`` (int8 weights, per channel;
+    activations quantized per call); ``int4``, ``MatMulNBitsQuantizer`` (blocks of 32,
+    symmetric, accuracy_level 4: the products in int8).
 ``python -m deploy.bench.model_worker ort`` / ``eager MODEL``
     answers requests on standard input, one a line, so that a model is loaded once and timed in
     many rounds between the other runners' processes:
@@ -121,9 +126,40 @@ def onnx_export(model: str, length: int, out: str) -> None:
     os.replace(tmp, out)
 
 
+def ort_quantize(scheme: str, src: str, out: str) -> None:
+    tmp = f"{out}.partial"
+    if scheme == "int8":
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        # Without the pre-processing a tied LM head behind a Transpose stays fp32 and the
+        # embedding table is dequantized on every call; symbolic shapes fail on a BERT export.
+        pre = f"{out}.pre.partial"
+        try:
+            quant_pre_process(src, pre, skip_symbolic_shape=True)
+            quantize_dynamic(pre, tmp, weight_type=QuantType.QInt8, per_channel=True)
+        finally:
+            if os.path.exists(pre):
+                os.remove(pre)
+    elif scheme == "int4":
+        import onnx
+        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+        quantizer = MatMulNBitsQuantizer(
+            onnx.load(src), block_size=32, is_symmetric=True, accuracy_level=4
+        )
+        quantizer.process()
+        quantizer.model.save_model_to_file(tmp, use_external_data_format=False)
+    else:
+        sys.exit(f"model_worker: error: unknown scheme {scheme!r}")
+    os.replace(tmp, out)
+
+
 def main(argv: list[str]) -> None:
     if argv[0] == "onnx-export":
         onnx_export(argv[1], int(argv[2]), argv[3])
+    elif argv[0] == "ort-quantize":
+        ort_quantize(argv[1], argv[2], argv[3])
     elif argv[0] == "ort":
         serve(OnnxRuntime())
     elif argv[0] == "eager":

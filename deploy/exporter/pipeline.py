@@ -8,6 +8,7 @@ Outputs (in --out, default $BUILD_WORKSPACE_DIRECTORY/out or ./out):
   model.pt2            AOTInductor package
   sample_input.pt      torch.save'd tuple of input tensors
   expected_output.pt   torch.save'd tuple of eager outputs for sample_input.pt
+                       (a quantized package's own, see Quantization)
   manifest.json        sha256 of model.pt2 and of the libmy_ops.so it was built
                        with, torch version, CPU instruction set, device, and
                        the custom ops (with their schemas) and classes it
@@ -72,7 +73,9 @@ the factory protocol.
 
 Quantization: --quantize int8|int4 exports a copy of the model whose nn.Linear layers
 are my_ops's quantized linear ops (my_ops.quantize), after comparing it with the float
-model on the example inputs (--min-cosine).
+model on the example inputs (--min-cosine). The package is verified against the float
+model by the same gate, and expected_output.pt holds the package's own outputs: against
+the quantized model in eager an elementwise tolerance does not hold (verify.Accuracy).
 """
 
 from __future__ import annotations
@@ -122,7 +125,7 @@ from .profile import print_profile
 from .program_calls import package_calls
 from .signing import load_signing_key
 from .target import Build, build_for
-from .verify import sample_inputs
+from .verify import Accuracy, agreement, sample_inputs
 from .weights import architecture, first_difference, read_base, write_architecture, write_weights
 
 # The factory protocol's spec (deploy/default_model.py) for a max batch.
@@ -190,8 +193,16 @@ def run(
         env.on_restore(lambda: given.train(was_training))
         module = module.to(opts.device).eval()
         example = to_device(tuple(spec.example_inputs), opts.device)
+        accuracy = None
         if opts.quantize is not None:
+            float_module = module
             module = _quantized(module, example, opts, spell, times)
+            accuracy = Accuracy(
+                float_module,
+                _min_cosine(opts),
+                f"nothing was written (leave sensitive layers float with {spell('quantize_skip')})",
+                EXIT_ACCURACY,
+            )
         ep = _exported_program(module, example, spec.dynamic_shapes, times)
         if base is not None:
             _export_weights(spec, module, ep, base, stage, opts.device, signing_key, times)
@@ -210,10 +221,15 @@ def run(
                 tmp=tmp,
                 env=env,
                 times=times,
+                accuracy=accuracy,
             )
         publish(stage, opts.out, work)
         job.published = True
     return times
+
+
+def _min_cosine(opts: Options) -> float:
+    return DEFAULT_MIN_COSINE if opts.min_cosine is None else opts.min_cosine
 
 
 def _quantized(
@@ -233,7 +249,7 @@ def _quantized(
     from my_ops.quantize import quantize_linear_layers
 
     scheme = opts.quantize
-    min_cosine = DEFAULT_MIN_COSINE if opts.min_cosine is None else opts.min_cosine
+    min_cosine = _min_cosine(opts)
     note: list[str] = []
     with _stage("quantize", times, lambda: note[0]):
         with torch.no_grad():
@@ -247,7 +263,7 @@ def _quantized(
             raise ExportError(f"{spell('quantize')} {scheme}: {e}", EXIT_USAGE) from e
         with torch.no_grad():
             got = as_tuple(quantized(*example))
-        cosine, largest = _agreement(got, want)
+        cosine, largest = agreement(got, want)
         note.append(
             f"{scheme}, {len(replaced)} linear layers; against the float model on the example "
             f"inputs: cosine {cosine:.7g}, largest difference {largest:.3g}"
@@ -260,27 +276,6 @@ def _quantized(
                 EXIT_ACCURACY,
             )
     return quantized
-
-
-def _agreement(got: tuple[Any, ...], want: tuple[Any, ...]) -> tuple[float, float]:
-    """The cosine between all floating outputs taken as one vector, and the largest absolute
-    difference of any element (NaN when an output is NaN where the other is not)."""
-    import torch
-
-    pairs = [
-        (g.detach().double().flatten().cpu(), w.detach().double().flatten().cpu())
-        for g, w in zip(got, want, strict=True)
-        if isinstance(w, torch.Tensor) and w.is_floating_point()
-    ]
-    if not pairs:
-        return 1.0, 0.0
-    g = torch.cat([p[0] for p in pairs])
-    w = torch.cat([p[1] for p in pairs])
-    if g.numel() == 0:
-        return 1.0, 0.0
-    norms = g.norm() * w.norm()
-    cosine = float(g @ w / norms) if norms > 0 else float(torch.equal(g, w))
-    return cosine, float((g - w).abs().max())
 
 
 @dataclasses.dataclass
@@ -345,6 +340,7 @@ def _export_package(
     tmp: str,
     env: ScopedEnvironment,
     times: dict[str, float],
+    accuracy: Accuracy | None = None,
 ) -> None:
     """Compile the package, verify it and describe it in work/stage/."""
     import torch
@@ -395,23 +391,30 @@ def _export_package(
     if opts.profile_compile:
         print_profile(log, times["compile"], hit=cached is not None)
 
-    sample = build.verify(
+    verified = build.verify(
         spec,
         module,
         package,
         max_batch,
         opts.device,
         options,
-        lambda name: _stage(name, times),
+        lambda name, note=None: _stage(name, times, note),
+        accuracy,
     )
+    sample = verified.sample
     # Only a package that passed verify (or, for a cross target, was
     # built to the end) is kept for the next export.
     if cache is not None and package_key is not None and cached is None:
         cache.put_package(package_key, package)
 
     sample_cpu = to_device(sample, "cpu")
-    with torch.no_grad():
-        expected = to_device(as_tuple(module(*sample)), "cpu")
+    if accuracy is not None and verified.outputs:
+        # A quantized package's own outputs, which it reproduces: its eager model's can differ
+        # by a quantization step (see Accuracy).
+        expected = to_device(verified.outputs, "cpu")
+    else:
+        with torch.no_grad():
+            expected = to_device(as_tuple(module(*sample)), "cpu")
     torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
     torch.save(expected, os.path.join(stage, "expected_output.pt"))
     calls = package_calls(ep, shims.calls)
@@ -545,7 +548,8 @@ def _stage(
         print("failed", flush=True)
         raise
     times[name] = time.perf_counter() - t0
-    print(f"{times[name]:.1f}s" + (f", {note()}" if note else ""), flush=True)
+    said = note() if note else ""
+    print(f"{times[name]:.1f}s" + (f", {said}" if said else ""), flush=True)
 
 
 def _private_tmp(work: str, env: ScopedEnvironment) -> str:

@@ -30,10 +30,11 @@ from .cross import (
 from .errors import ExportError, first_line
 from .manifest import write_manifest
 from .program_calls import PackageCalls
-from .verify import sample_inputs, verify
+from .verify import Accuracy, Verified, sample_inputs, verify
 
 # A stage line of the export's output, as a context around the work.
-Stage = Callable[[str], AbstractContextManager[None]]
+# A stage's name, and what its line says after the time (called when it ends).
+Stage = Callable[[str, Callable[[], str] | None], AbstractContextManager[None]]
 
 
 def _known_vec_isa(options: dict[str, Any]) -> AbstractContextManager[None]:
@@ -73,11 +74,14 @@ class HostBuild:
         device: str,
         options: dict[str, Any],
         stage: Stage,
-    ) -> tuple[Any, ...]:
+        accuracy: Accuracy | None = None,
+    ) -> Verified:
         # Loading the package checks the host's vector ISA against the package's, by the
         # same probe.
-        with stage("verify"), _known_vec_isa(options):
-            return verify(spec, module, package, max_batch, device, options)
+        verified: list[Verified] = []
+        with stage("verify", lambda: verified[0].note), _known_vec_isa(options):
+            verified.append(verify(spec, module, package, max_batch, device, options, accuracy))
+        return verified[0]
 
     def write_manifest(
         self,
@@ -131,12 +135,13 @@ class CrossBuild:
         device: str,
         options: dict[str, Any],
         stage: Stage,
-    ) -> tuple[Any, ...]:
+        accuracy: Accuracy | None = None,
+    ) -> Verified:
         print(
             f"verify  ... skipped: a {self.target.name} package cannot run on this machine",
             flush=True,
         )
-        return sample_inputs(spec, device)
+        return Verified(sample_inputs(spec, device), ())
 
     def write_manifest(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def test_a_model_that_does_not_export_leaves_nothing(tmp_path: Path) -> None:
 
 
 def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
-    tmp_path: Path,
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from my_ops.quantize import quantize_linear_layers
 
@@ -195,6 +196,46 @@ def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
     quantized = _block(2)
     assert quantize_linear_layers(quantized, "int8") == ["linear"]
     _check_against_eager(exported, quantized, (1, 4))
+    # Verified against the float model by the accuracy gate, which the stage's line reports.
+    assert re.search(
+        r"^verify  \.\.\. [0-9.]+s, against the float model: cosine 0\.99[0-9]*, largest "
+        r"difference [0-9.e-]+$",
+        capsys.readouterr().out,
+        re.MULTILINE,
+    )
+    # The sample's expected outputs are the package's own: the loader's --exact holds for them.
+    compiled = torch._inductor.aoti_load_package(str(exported.package))
+    sample = torch.load(exported.package.parent / "sample_input.pt")
+    expected = torch.load(exported.package.parent / "expected_output.pt")
+    got = compiled(*sample)
+    got = tuple(got) if isinstance(got, (list, tuple)) else (got,)
+    assert len(got) == len(expected) and all(
+        torch.equal(g, e) for g, e in zip(got, expected, strict=True)
+    )
+
+
+def test_a_quantized_package_is_verified_against_the_float_model(tmp_path: Path) -> None:
+    # Inductor's norm reduces in another order than ATen's, so some of the compiled model's
+    # activations differ from eager's in the last bit, and those on a rounding boundary of the
+    # quantization land one step away: with weights this large, far past an elementwise
+    # tolerance against the quantized model in eager, though the package is as accurate.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.LayerNorm(1024), torch.nn.GELU(), torch.nn.Linear(1024, 256)
+    )
+    with torch.no_grad():
+        model[-1].weight.mul_(100)
+    exported = export(
+        model,
+        (torch.randn(8, 128, 1024),),
+        tmp_path / "q",
+        dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=8)},),
+        max_batch=8,
+        mode="no-autotune",
+        cache=False,
+        quantize="int8",
+    )
+    assert exported.package.is_file()
 
 
 def test_a_quantized_model_below_min_cosine_writes_nothing(tmp_path: Path) -> None:
