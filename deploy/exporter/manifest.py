@@ -46,10 +46,13 @@ def make_manifest(
     target: str = "linux-x86_64",
     march: str | None = None,
     cxx: str | None = None,
+    quantization: dict[str, Any] | None = None,
 ) -> bytes:
     """manifest.json for a package: what the C++ loader checks before loading it.
 
     calls is what the package calls (package_calls() of the exported program).
+    quantization is export --quantize's record of the package's linear layers
+    (pipeline.quantization_record); None for a float package, {"scheme": "none"}.
     march defaults to what --isa means (MARCH[isa]) and cxx to the compiler
     that built the package (real_cxx()); for another target, pass both.
     """
@@ -86,6 +89,8 @@ def make_manifest(
         # glibc floor), or outside Bazel $CXX or g++ (the build machine's).
         "compiler": compiler_record(cxx),
         "device": device,
+        # How the linear layers' weights are held: what a weights file must carry too.
+        "quantization": quantization if quantization is not None else {"scheme": "none"},
         # What the op libraries must register; the loader checks it before the package loads.
         **calls.manifest_fields(),
     }
@@ -104,6 +109,7 @@ def write_manifest(
     march: str | None = None,
     cxx: str | None = None,
     op_library: str | None = None,
+    quantization: dict[str, Any] | None = None,
 ) -> None:
     """Write stage/manifest.json for `package`, and stage/manifest.sig when given a key.
 
@@ -122,7 +128,15 @@ def write_manifest(
                 f"cannot find the op library for manifest.json: {first_line(e)}"
             ) from e
     manifest = make_manifest(
-        package, [op_library], isa, device, calls=calls, target=target, march=march, cxx=cxx
+        package,
+        [op_library],
+        isa,
+        device,
+        calls=calls,
+        target=target,
+        march=march,
+        cxx=cxx,
+        quantization=quantization,
     )
     with open(os.path.join(stage, "manifest.json"), "wb") as f:
         f.write(manifest)

@@ -194,9 +194,10 @@ def run(
         module = module.to(opts.device).eval()
         example = to_device(tuple(spec.example_inputs), opts.device)
         accuracy = None
+        quantization = None
         if opts.quantize is not None:
             float_module = module
-            module = _quantized(module, example, opts, spell, times)
+            module, quantization = _quantized(module, example, opts, spell, times)
             accuracy = Accuracy(
                 float_module,
                 _min_cosine(opts),
@@ -222,6 +223,7 @@ def run(
                 env=env,
                 times=times,
                 accuracy=accuracy,
+                quantization=quantization,
             )
         publish(stage, opts.out, work)
         job.published = True
@@ -238,10 +240,11 @@ def _quantized(
     opts: Options,
     spell: Callable[[str], str],
     times: dict[str, float],
-) -> Any:
-    """A copy of `module` with its Linear layers quantized (the model itself stays float), or
-    ExportError: a usage error when there is nothing to quantize, EXIT_ACCURACY when the copy's
-    outputs on the example inputs are further from the float model's than --min-cosine."""
+) -> tuple[Any, dict[str, Any]]:
+    """A copy of `module` with its Linear layers quantized (the model itself stays float) and
+    the manifest's record of it, or ExportError: a usage error when there is nothing to
+    quantize, EXIT_ACCURACY when the copy's outputs on the example inputs are further from the
+    float model's than --min-cosine."""
     import copy
 
     import torch
@@ -275,7 +278,15 @@ def _quantized(
                 f"written (leave sensitive layers float with {spell('quantize_skip')})",
                 EXIT_ACCURACY,
             )
-    return quantized
+    record: dict[str, Any] = {"scheme": scheme}
+    if scheme == "int4":
+        record["group_size"] = opts.quantize_group_size
+    record["layers"] = len(replaced)
+    # The layers --quantize-skip left float, by their names in the model.
+    record["float_layers"] = sorted(
+        name for name, m in quantized.named_modules() if isinstance(m, torch.nn.Linear)
+    )
+    return quantized, record
 
 
 @dataclasses.dataclass
@@ -341,6 +352,7 @@ def _export_package(
     env: ScopedEnvironment,
     times: dict[str, float],
     accuracy: Accuracy | None = None,
+    quantization: dict[str, Any] | None = None,
 ) -> None:
     """Compile the package, verify it and describe it in work/stage/."""
     import torch
@@ -419,7 +431,7 @@ def _export_package(
     torch.save(expected, os.path.join(stage, "expected_output.pt"))
     calls = package_calls(ep, shims.calls)
     write_architecture(stage, package, ep, frozen=frozen(options))
-    build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls)
+    build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls, quantization)
 
 
 def _export_weights(

@@ -91,8 +91,11 @@ class HostBuild:
         device: str,
         signing_key: Any,
         calls: PackageCalls,
+        quantization: dict[str, Any] | None = None,
     ) -> None:
-        write_manifest(folder, package, isa, device, signing_key, calls=calls)
+        write_manifest(
+            folder, package, isa, device, signing_key, calls=calls, quantization=quantization
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +154,7 @@ class CrossBuild:
         device: str,
         signing_key: Any,
         calls: PackageCalls,
+        quantization: dict[str, Any] | None = None,
     ) -> None:
         write_manifest(
             folder,
@@ -159,6 +163,7 @@ class CrossBuild:
             device,
             signing_key,
             calls=calls,
+            quantization=quantization,
             target=self.target.name,
             march=self.target.march,
             cxx=self.files.compiler,

@@ -4,6 +4,7 @@ arguments refused before anything is written."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -98,7 +99,7 @@ def test_two_exports_in_one_process_leave_it_as_it_was(tmp_path: Path) -> None:
     assert a.out == tmp_path / "a" and b.out == tmp_path / "b"
     for exported in (a, b):
         assert set(exported.times) == {"export", "compile", "verify"}, exported.times
-        assert exported.manifest.is_file()
+        assert json.loads(exported.manifest.read_text())["quantization"] == {"scheme": "none"}
     _check_against_eager(a, first, (1, 8))
     _check_against_eager(b, second, (1, 5))
     # No temporary folder left beside the outputs.
@@ -192,6 +193,11 @@ def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
     assert type(model.linear) is torch.nn.Linear
     manifest = exported.manifest.read_text()
     assert '"my_ops::linear_int8"' in manifest and "aoti_torch_cpu_linear_int8" in manifest
+    assert json.loads(manifest)["quantization"] == {
+        "scheme": "int8",
+        "layers": 1,
+        "float_layers": [],
+    }
     # Against an independent quantization of the same model, in eager.
     quantized = _block(2)
     assert quantize_linear_layers(quantized, "int8") == ["linear"]
