@@ -18,8 +18,8 @@ Sizes output_sizes(TensorRef x, int64_t out_features) {
   return sizes;
 }
 
-// Everything but the products: the argument checks are done. `multiply(q, params, out, n_begin,
-// n_end)` runs one of the cpu_vec products over a range of output channels.
+// Everything but the products: the argument checks are done. `multiply(q, tiles, params, out,
+// bias, n_begin, n_end)` runs one of the cpu_vec products over a range of output channels.
 template <class Multiply>
 OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const QuantizedLinearShape& shape,
                              const Multiply& multiply) {
@@ -39,6 +39,8 @@ OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const QuantizedLinearS
                     [&](int64_t begin, int64_t end) {
                       cpu_vec::quantize_rows(x_data, k, begin, end, q.data(), params.data());
                     });
+  const std::vector<uint8_t> tiles = cpu_vec::tile_rows(q.data(), rows, k);
+  const uint8_t* tiles_data = tiles.empty() ? nullptr : tiles.data();
 
   // A float32 result is written in place; another dtype through a float32 one, converted once.
   std::optional<OwnedTensor> out_float;
@@ -52,7 +54,7 @@ OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const QuantizedLinearS
   const int64_t work_per_channel = std::max<int64_t>(1, rows * k);
   const int64_t grain = std::max<int64_t>(1, kGrainSize / work_per_channel);
   parallel_for_work(0, n, grain, n * work_per_channel, [&](int64_t begin, int64_t end) {
-    multiply(q.data(), params.data(), out_data, bias_data, begin, end);
+    multiply(q.data(), tiles_data, params.data(), out_data, bias_data, begin, end);
   });
   if (out_float) {
     torch::stable::Tensor dst = out.ref().to_stable();
@@ -73,13 +75,14 @@ OwnedTensor linear_int8(TensorRef x, TensorRef weight, TensorRef weight_scale, T
   const ContiguousAs scales(weight_scale);
   const float* scale_data = scales.ref().data_as<float>();
   check_weight_scale_values("linear_int8", scale_data, scales.ref().numel());
-  return quantized_linear(x, bias, shape,
-                          [&](const uint8_t* q, const cpu_vec::QuantizedRow* params, float* out,
-                              const float* b, int64_t begin, int64_t end) {
-                            cpu_vec::linear_int8(q, params, shape.rows, shape.in_features,
-                                                 w.ref().data_as<int8_t>(), scale_data, b, out,
-                                                 shape.out_features, begin, end);
-                          });
+  return quantized_linear(
+      x, bias, shape,
+      [&](const uint8_t* q, const uint8_t* tiles, const cpu_vec::QuantizedRow* params, float* out,
+          const float* b, int64_t begin, int64_t end) {
+        cpu_vec::linear_int8(q, tiles, params, shape.rows, shape.in_features,
+                             w.ref().data_as<int8_t>(), scale_data, b, out, shape.out_features,
+                             begin, end);
+      });
 }
 
 OwnedTensor linear_int4(TensorRef x, TensorRef weight, TensorRef weight_scale, int64_t group_size,
@@ -90,13 +93,14 @@ OwnedTensor linear_int4(TensorRef x, TensorRef weight, TensorRef weight_scale, i
   const ContiguousAs scales(weight_scale);
   const float* scale_data = scales.ref().data_as<float>();
   check_weight_scale_values("linear_int4", scale_data, scales.ref().numel());
-  return quantized_linear(x, bias, shape,
-                          [&](const uint8_t* q, const cpu_vec::QuantizedRow* params, float* out,
-                              const float* b, int64_t begin, int64_t end) {
-                            cpu_vec::linear_int4(q, params, shape.rows, shape.in_features,
-                                                 w.ref().data_as<uint8_t>(), scale_data, group_size,
-                                                 b, out, shape.out_features, begin, end);
-                          });
+  return quantized_linear(
+      x, bias, shape,
+      [&](const uint8_t* q, const uint8_t* tiles, const cpu_vec::QuantizedRow* params, float* out,
+          const float* b, int64_t begin, int64_t end) {
+        cpu_vec::linear_int4(q, tiles, params, shape.rows, shape.in_features,
+                             w.ref().data_as<uint8_t>(), scale_data, group_size, b, out,
+                             shape.out_features, begin, end);
+      });
 }
 
 }  // namespace cpu

@@ -21,6 +21,22 @@ inline int32_t round_to_int(float v) { return static_cast<int32_t>(std::nearbyin
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+// A finite row's quantization from its lowest value (at most 0) and its range, for the scalar
+// and the vector code alike: quantized_linear.h's formulas.
+struct RowScale {
+  float scale;
+  float inverse;
+  int32_t zero_point;
+};
+
+inline RowScale row_scale(float lo, float range) {
+  float scale = range / 255.0f;
+  // A row of zeros, or one so small that 1 / scale would overflow: every q is the zero point.
+  if (scale < std::numeric_limits<float>::min()) scale = 1.0f;
+  const float inverse = 1.0f / scale;
+  return {scale, inverse, std::clamp(-round_to_int(lo * inverse), 0, 255)};
+}
+
 // out[m, n] from the exact sums of one row and channel (quantized_linear.h's formulas).
 inline float int8_output(const QuantizedRow& p, int32_t q_dot_w, int64_t w_sum, float w_scale,
                          float b) {
@@ -246,14 +262,15 @@ void linear_int4_vnni(const uint8_t* q, const QuantizedRow* params, int64_t rows
 // faster than the per-channel dot products above): vpdpbusd with sixteen rows in a vector's
 // lanes and one weight dword (4 in_features of a channel) broadcast to all of them, so that each
 // load of q serves a whole row of channels and each weight dword sixteen rows, and no sum is
-// reduced across lanes. q is laid out for it once per call (tile_rows); the weights are read as
-// they are: int8 rows directly, int4 rows unpacked to int8 one block of channels at a time.
+// reduced across lanes. q is laid out for it once per call (tile_rows, before the threads split
+// the channels); the weights are read as they are: int8 rows directly, int4 rows unpacked to int8
+// one block of channels at a time.
 inline constexpr int64_t kMinTileRows = 8;
 inline constexpr int kTileRows = 16;
 
 // q's rows as tiles of 16: tile t, step s (in_features 4s to 4s + 3), row t * 16 + l at bytes
 // [t * 16 * k + s * 64 + l * 4, + 4), zero past the last row. k is a multiple of 4.
-std::vector<uint8_t> tile_rows(const uint8_t* q, int64_t rows, int64_t k) {
+std::vector<uint8_t> tiles_of(const uint8_t* q, int64_t rows, int64_t k) {
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
   std::vector<uint8_t> tiled(static_cast<size_t>(tiles * kTileRows * k), 0);
   for (int64_t m = 0; m < rows; ++m) {
@@ -422,10 +439,9 @@ constexpr std::array<std::array<TileBlock, Channels>, kTilesAtOnce> kTileBlocks 
 // Runs `block_for(n0, channels)`'s block over every tile, for each block of channels in
 // [n_begin, n_end).
 template <int Channels, bool Grouped, class BlockFor>
-void tiled_products(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
+void tiled_products(const uint8_t* tiled, const QuantizedRow* params, int64_t rows, int64_t k,
                     float* out, int64_t n_total, int64_t n_begin, int64_t n_end,
                     const BlockFor& block_for) {
-  const std::vector<uint8_t> tiled = tile_rows(q, rows, k);
   const int64_t tile_stride = kTileRows * k;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
   std::vector<TileParams> tile_parameters;
@@ -439,18 +455,18 @@ void tiled_products(const uint8_t* q, const QuantizedRow* params, int64_t rows, 
     for (int64_t t0 = 0; t0 < tiles; t0 += kTilesAtOnce) {
       const int at_once = static_cast<int>(std::min<int64_t>(kTilesAtOnce, tiles - t0));
       kTileBlocks<Channels, Grouped>[at_once - 1][channels - 1](
-          tiled.data() + t0* tile_stride, tile_stride, tile_parameters.data() + t0, block,
+          tiled + t0* tile_stride, tile_stride, tile_parameters.data() + t0, block,
           out + t0* kTileRows* n_total + n0, n_total);
     }
   }
 }
 
-void linear_int8_tiles(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
+void linear_int8_tiles(const uint8_t* tiles, const QuantizedRow* params, int64_t rows, int64_t k,
                        const int8_t* weight, const float* weight_scale, const float* bias,
                        float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
   int32_t sums[kInt8BlockChannels];
   tiled_products<kInt8BlockChannels, false>(
-      q, params, rows, k, out, n_total, n_begin, n_end, [&](int64_t n0, int channels) {
+      tiles, params, rows, k, out, n_total, n_begin, n_end, [&](int64_t n0, int channels) {
         // |sum| <= 128 * K: an int32 for every K the op takes.
         for (int c = 0; c < channels; ++c) {
           sums[c] = static_cast<int32_t>(int8_weight_sum(weight + (n0 + c) * k, k));
@@ -494,7 +510,7 @@ MY_OPS_VNNI void unpack_int4_rows(const uint8_t* weight, int64_t k, int64_t grou
   }
 }
 
-void linear_int4_tiles(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
+void linear_int4_tiles(const uint8_t* tiles, const QuantizedRow* params, int64_t rows, int64_t k,
                        const uint8_t* weight, const float* weight_scale, int64_t group_size,
                        const float* bias, float* out, int64_t n_total, int64_t n_begin,
                        int64_t n_end) {
@@ -502,7 +518,7 @@ void linear_int4_tiles(const uint8_t* q, const QuantizedRow* params, int64_t row
   std::vector<int8_t> unpacked(static_cast<size_t>(kInt4BlockChannels * k));
   std::vector<int32_t> sums(static_cast<size_t>(kInt4BlockChannels * groups));
   tiled_products<kInt4BlockChannels, true>(
-      q, params, rows, k, out, n_total, n_begin, n_end, [&](int64_t n0, int channels) {
+      tiles, params, rows, k, out, n_total, n_begin, n_end, [&](int64_t n0, int channels) {
         unpack_int4_rows(weight + n0 * (k / 2), k, group_size, channels, unpacked.data(),
                          sums.data());
         return ChannelBlock{unpacked.data(),
@@ -534,12 +550,9 @@ MY_OPS_VNNI QuantizedRow quantize_row_avx512(const float* row, int64_t k, uint8_
     std::memset(q_row, 0, static_cast<size_t>(k));
     return {1.0f, 0, false};
   }
-  float scale = range / 255.0f;
-  if (scale < std::numeric_limits<float>::min()) scale = 1.0f;
-  const float inverse = 1.0f / scale;
-  const int32_t zero = std::clamp(-round_to_int(low * inverse), 0, 255);
-  const __m512 inverse_v = _mm512_set1_ps(inverse);
-  const __m512i zero_v = _mm512_set1_epi32(zero);
+  const RowScale rs = row_scale(low, range);
+  const __m512 inverse_v = _mm512_set1_ps(rs.inverse);
+  const __m512i zero_v = _mm512_set1_epi32(rs.zero_point);
   const __m512i min_q = _mm512_setzero_si512();
   const __m512i max_q = _mm512_set1_epi32(255);
   for (int64_t i = 0; i < k; i += 16) {
@@ -551,7 +564,7 @@ MY_OPS_VNNI QuantizedRow quantize_row_avx512(const float* row, int64_t k, uint8_
         _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(rounded, zero_v), min_q), max_q);
     _mm512_mask_cvtepi32_storeu_epi8(q_row + i, mask, clamped);
   }
-  return {scale, zero, true};
+  return {rs.scale, rs.zero_point, true};
 }
 #endif  // __x86_64__
 
@@ -583,24 +596,30 @@ void quantize_rows(const float* x, int64_t k, int64_t begin, int64_t end, uint8_
       std::fill(q_row, q_row + k, uint8_t{0});
       continue;
     }
-    float scale = range / 255.0f;
-    // A row of zeros, or one so small that 1 / scale would overflow: every q is the zero point.
-    if (scale < std::numeric_limits<float>::min()) scale = 1.0f;
-    const float inverse = 1.0f / scale;
-    const int32_t zero = std::clamp(-round_to_int(lo * inverse), 0, 255);
+    const RowScale rs = row_scale(lo, range);
     for (int64_t i = 0; i < k; ++i) {
-      q_row[i] = static_cast<uint8_t>(std::clamp(round_to_int(row[i] * inverse) + zero, 0, 255));
+      q_row[i] = static_cast<uint8_t>(
+          std::clamp(round_to_int(row[i] * rs.inverse) + rs.zero_point, 0, 255));
     }
-    params[r] = {scale, zero, true};
+    params[r] = {rs.scale, rs.zero_point, true};
   }
 }
 
-void linear_int8(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
-                 const int8_t* weight, const float* weight_scale, const float* bias, float* out,
-                 int64_t n_total, int64_t n_begin, int64_t n_end) {
+std::vector<uint8_t> tile_rows(const uint8_t* q, int64_t rows, int64_t k) {
 #if defined(__x86_64__)
-  if (has_vnni() && rows >= kMinTileRows && k % 4 == 0) {
-    linear_int8_tiles(q, params, rows, k, weight, weight_scale, bias, out, n_total, n_begin, n_end);
+  if (has_vnni() && rows >= kMinTileRows && k % 4 == 0) return tiles_of(q, rows, k);
+#endif
+  (void)q, (void)rows, (void)k;
+  return {};
+}
+
+void linear_int8(const uint8_t* q, const uint8_t* tiles, const QuantizedRow* params, int64_t rows,
+                 int64_t k, const int8_t* weight, const float* weight_scale, const float* bias,
+                 float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
+#if defined(__x86_64__)
+  if (tiles != nullptr) {
+    linear_int8_tiles(tiles, params, rows, k, weight, weight_scale, bias, out, n_total, n_begin,
+                      n_end);
     return;
   }
   if (has_vnni()) {
@@ -623,12 +642,12 @@ void linear_int8(const uint8_t* q, const QuantizedRow* params, int64_t rows, int
   }
 }
 
-void linear_int4(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
-                 const uint8_t* weight, const float* weight_scale, int64_t group_size,
+void linear_int4(const uint8_t* q, const uint8_t* tiles, const QuantizedRow* params, int64_t rows,
+                 int64_t k, const uint8_t* weight, const float* weight_scale, int64_t group_size,
                  const float* bias, float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
 #if defined(__x86_64__)
-  if (has_vnni() && rows >= kMinTileRows) {
-    linear_int4_tiles(q, params, rows, k, weight, weight_scale, group_size, bias, out, n_total,
+  if (tiles != nullptr) {
+    linear_int4_tiles(tiles, params, rows, k, weight, weight_scale, group_size, bias, out, n_total,
                       n_begin, n_end);
     return;
   }
