@@ -11,6 +11,8 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace my_ops::cpu_vec {
@@ -302,6 +304,13 @@ TileParams tile_params(const QuantizedRow* params, int64_t rows) {
   return tile;
 }
 
+std::vector<TileParams> tile_params_of(const QuantizedRow* params, int64_t rows) {
+  std::vector<TileParams> tiles;
+  for (int64_t m0 = 0; m0 < rows; m0 += kTileRows)
+    tiles.push_back(tile_params(params + m0, rows - m0));
+  return tiles;
+}
+
 // What a block of channels needs beyond q: its weights as int8 rows of `w_stride` bytes, and for
 // each channel c and group g (one group of k for int8) the group's scale and the sum of its
 // weights, which takes the zero points out: sum (q - zero) * w = sum q * w - zero * sum w.
@@ -452,11 +461,7 @@ void tiled_products(const uint8_t* tiled, const QuantizedRow* params, int64_t ro
                     int64_t n_begin, int64_t n_end, const BlockFor& block_for) {
   const int64_t tile_stride = kTileRows * k;
   const int64_t tiles = (rows + kTileRows - 1) / kTileRows;
-  std::vector<TileParams> tile_parameters;
-  tile_parameters.reserve(static_cast<size_t>(tiles));
-  for (int64_t t = 0; t < tiles; ++t) {
-    tile_parameters.push_back(tile_params(params + t * kTileRows, rows - t * kTileRows));
-  }
+  const std::vector<TileParams> tile_parameters = tile_params_of(params, rows);
   for (int64_t n0 = n_begin; n0 < n_end; n0 += Channels) {
     const int channels = static_cast<int>(std::min<int64_t>(Channels, n_end - n0));
     ChannelBlock block = block_for(n0, channels);
@@ -474,9 +479,185 @@ void tiled_products(const uint8_t* tiled, const QuantizedRow* params, int64_t ro
   }
 }
 
+// int8 products with AMX, where the CPU has it and the OS grants it (Sapphire Rapids and later):
+// tdpbsud multiplies a tile of 16 channels by 64 in_features of signed weights, read as stored
+// (one row a channel, k apart), by a tile of 16 rows' quantized activations in tile_rows'
+// layout (16 steps of 4 in_features, each 16 rows by 4 bytes), into 16 channels by 16 rows of
+// int32 sums, exact as tile_block's. Those are transposed to a row's 16 channels, which are
+// stored whole. Blocks of 32 channels by 32 rows keep the 8 tile registers busy: 2 weight
+// tiles, 2 activation tiles, 4 sums. No packing: the weights are read as stored, the rows in
+// the layout tile_rows made for the AVX-512 blocks.
+#define MY_OPS_AMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vnni")))
+
+inline constexpr int64_t kAmxK = 64;         // in_features per tile
+inline constexpr int64_t kAmxChannels = 16;  // channels per weight tile
+
+bool has_amx() {
+  static const bool has = [] {
+    if (!has_vnni()) return false;  // the epilogue is AVX-512
+    unsigned eax, ebx, ecx, edx;
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    const bool amx_tile = (edx >> 24) & 1;
+    const bool amx_int8 = (edx >> 25) & 1;
+    if (!(amx_tile && amx_int8)) return false;
+    unsigned xcr0_low, xcr0_high;
+    __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
+    (void)xcr0_high;
+    if ((xcr0_low & (3u << 17)) != (3u << 17)) return false;  // XTILECFG and XTILEDATA
+    // Linux (5.16 and later) gives a process the tiles' state only when it asks; the answer is
+    // the process's, once. ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA.
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return has;
+}
+
+// Palette 1, every tile 16 rows of 64 bytes.
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// sums[a][t] = tile a of channels (16 rows k apart from `w`) times tile t of rows, over k.
+// Tiles 0-3 the sums (a * 2 + t), 4-5 the weights, 6-7 the rows.
+template <int A, int T>
+MY_OPS_AMX void amx_sums(const int8_t* w, int64_t k, const uint8_t* tiles, int64_t tile_stride,
+                         int32_t (&sums)[2][2][kAmxChannels][kTileRows]) {
+  _tile_zero(0);
+  if constexpr (T == 2) _tile_zero(1);
+  if constexpr (A == 2) _tile_zero(2);
+  if constexpr (A == 2 && T == 2) _tile_zero(3);
+  for (int64_t i = 0; i < k; i += kAmxK) {
+    // Step i / 4 of a tile of rows starts at byte i / 4 * 64.
+    _tile_loadd(4, w + i, k);
+    _tile_loadd(6, tiles + i * 16, 64);
+    if constexpr (A == 2) _tile_loadd(5, w + kAmxChannels * k + i, k);
+    if constexpr (T == 2) _tile_loadd(7, tiles + tile_stride + i * 16, 64);
+    _tile_dpbsud(0, 4, 6);
+    if constexpr (T == 2) _tile_dpbsud(1, 4, 7);
+    if constexpr (A == 2) _tile_dpbsud(2, 5, 6);
+    if constexpr (A == 2 && T == 2) _tile_dpbsud(3, 5, 7);
+  }
+  _tile_stored(0, sums[0][0], 64);
+  if constexpr (T == 2) _tile_stored(1, sums[0][1], 64);
+  if constexpr (A == 2) _tile_stored(2, sums[1][0], 64);
+  if constexpr (A == 2 && T == 2) _tile_stored(3, sums[1][1], 64);
+}
+
+using AmxSums = void (*)(const int8_t*, int64_t, const uint8_t*, int64_t,
+                         int32_t (&)[2][2][kAmxChannels][kTileRows]);
+constexpr AmxSums kAmxSums[2][2] = {{&amx_sums<1, 1>, &amx_sums<1, 2>},
+                                    {&amx_sums<2, 1>, &amx_sums<2, 2>}};
+
+MY_OPS_AMX void amx_begin() {
+  AmxConfig config;
+  for (int t = 0; t < 8; ++t) {
+    config.bytes_per_row[t] = 64;
+    config.rows[t] = 16;
+  }
+  _tile_loadconfig(&config);
+}
+
+MY_OPS_AMX void amx_end() { _tile_release(); }
+
+// rows[i] becomes column i: a 16 by 16 transpose of int32 in registers.
+MY_OPS_VNNI inline __attribute__((always_inline)) void transpose16(__m512i (&rows)[16]) {
+  __m512i pairs[16];
+  for (int i = 0; i < 16; i += 2) {
+    pairs[i] = _mm512_unpacklo_epi32(rows[i], rows[i + 1]);
+    pairs[i + 1] = _mm512_unpackhi_epi32(rows[i], rows[i + 1]);
+  }
+  // quads[4i + e], 128-bit lane L: element 4L + e of rows 4i to 4i + 3.
+  __m512i quads[16];
+  for (int i = 0; i < 16; i += 4) {
+    quads[i] = _mm512_unpacklo_epi64(pairs[i], pairs[i + 2]);
+    quads[i + 1] = _mm512_unpackhi_epi64(pairs[i], pairs[i + 2]);
+    quads[i + 2] = _mm512_unpacklo_epi64(pairs[i + 1], pairs[i + 3]);
+    quads[i + 3] = _mm512_unpackhi_epi64(pairs[i + 1], pairs[i + 3]);
+  }
+  for (int e = 0; e < 4; ++e) {
+    const __m512i even_lanes_low = _mm512_shuffle_i32x4(quads[e], quads[4 + e], 0x88);
+    const __m512i odd_lanes_low = _mm512_shuffle_i32x4(quads[e], quads[4 + e], 0xdd);
+    const __m512i even_lanes_high = _mm512_shuffle_i32x4(quads[8 + e], quads[12 + e], 0x88);
+    const __m512i odd_lanes_high = _mm512_shuffle_i32x4(quads[8 + e], quads[12 + e], 0xdd);
+    rows[e] = _mm512_shuffle_i32x4(even_lanes_low, even_lanes_high, 0x88);
+    rows[8 + e] = _mm512_shuffle_i32x4(even_lanes_low, even_lanes_high, 0xdd);
+    rows[4 + e] = _mm512_shuffle_i32x4(odd_lanes_low, odd_lanes_high, 0x88);
+    rows[12 + e] = _mm512_shuffle_i32x4(odd_lanes_low, odd_lanes_high, 0xdd);
+  }
+}
+
+// out[row, c] for the channels [n_begin, n_end) in whole tiles of 16; returns the first channel
+// it left, for the AVX-512 blocks. k is a multiple of kAmxK.
+MY_OPS_VNNI int64_t linear_int8_amx(const uint8_t* tiles, const QuantizedRow* params, int64_t rows,
+                                    int64_t k, const int8_t* weight, const float* weight_scale,
+                                    const float* bias, float* out, int64_t n_total, int64_t n_begin,
+                                    int64_t n_end) {
+  const int64_t tile_stride = kTileRows * k;
+  const int64_t tile_count = (rows + kTileRows - 1) / kTileRows;
+  const std::vector<TileParams> tile_parameters = tile_params_of(params, rows);
+  alignas(64) int32_t sums[2][2][kAmxChannels][kTileRows];
+  int32_t w_sums[2 * kAmxChannels];
+  int64_t n0 = n_begin;
+  amx_begin();
+  while (n_end - n0 >= kAmxChannels) {
+    const int a_tiles = n_end - n0 >= 2 * kAmxChannels ? 2 : 1;
+    const int channels = a_tiles * static_cast<int>(kAmxChannels);
+    for (int c = 0; c < channels; ++c) {
+      w_sums[c] = static_cast<int32_t>(int8_weight_sum(weight + (n0 + c) * k, k));
+    }
+    for (int64_t t0 = 0; t0 < tile_count; t0 += 2) {
+      const int t_tiles = tile_count - t0 >= 2 ? 2 : 1;
+      kAmxSums[a_tiles - 1][t_tiles - 1](weight + n0 * k, k, tiles + t0 * tile_stride, tile_stride,
+                                         sums);
+      // Transposed, a row of sums is one row's 16 channels: stored whole, where a channel's
+      // 16 rows would be scattered n_total apart.
+      for (int a = 0; a < a_tiles; ++a) {
+        const int64_t n = n0 + a * kAmxChannels;
+        const __m512i channel_sums = _mm512_loadu_si512(w_sums + a * kAmxChannels);
+        const __m512 channel_scales = _mm512_loadu_ps(weight_scale + n);
+        const __m512 channel_bias =
+            bias != nullptr ? _mm512_loadu_ps(bias + n) : _mm512_setzero_ps();
+        for (int t = 0; t < t_tiles; ++t) {
+          const TileParams& tile = tile_parameters[static_cast<size_t>(t0 + t)];
+          __m512i by_row[16];
+          for (int r = 0; r < 16; ++r) by_row[r] = _mm512_load_si512(sums[a][t][r]);
+          transpose16(by_row);
+          const int64_t m0 = (t0 + t) * kTileRows;
+          for (int l = 0; l < kTileRows && m0 + l < rows; ++l) {
+            float* dst = out + (m0 + l) * n_total + n;
+            if ((tile.finite >> l & 1) == 0) {
+              _mm512_storeu_ps(dst, _mm512_set1_ps(kNaN));
+              continue;
+            }
+            const __m512i centered_sums = _mm512_sub_epi32(
+                by_row[l],
+                _mm512_mullo_epi32(_mm512_set1_epi32(tile.zero_points[l]), channel_sums));
+            const __m512 total = _mm512_mul_ps(_mm512_cvtepi32_ps(centered_sums), channel_scales);
+            _mm512_storeu_ps(dst,
+                             _mm512_fmadd_ps(_mm512_set1_ps(tile.scales[l]), total, channel_bias));
+          }
+        }
+      }
+    }
+    n0 += channels;
+  }
+  amx_end();
+  return n0;
+}
+
 void linear_int8_tiles(const uint8_t* tiles, const QuantizedRow* params, int64_t rows, int64_t k,
                        const int8_t* weight, const float* weight_scale, const float* bias,
                        float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
+  if (has_amx() && k % kAmxK == 0) {
+    n_begin = linear_int8_amx(tiles, params, rows, k, weight, weight_scale, bias, out, n_total,
+                              n_begin, n_end);
+    if (n_begin == n_end) return;
+  }
   int32_t sums[kInt8BlockChannels];
   tiled_products<kInt8BlockChannels, false>(
       tiles, params, rows, k, weight, k, out, n_total, n_begin, n_end,

@@ -88,10 +88,12 @@ def _call(op: str, x, w, bias=None):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", OPS)
-@pytest.mark.parametrize("rows", [4, 20])
-def test_a_row_with_an_infinity_or_nan_gives_nan_and_leaves_the_others(device, op, rows):
+# Few rows and channels, and enough of both for every CPU kernel (tiles of 16 rows, AMX tiles of
+# 16 channels).
+@pytest.mark.parametrize("rows, channels", [(4, 6), (20, 40)])
+def test_a_row_with_an_infinity_or_nan_gives_nan_and_leaves_the_others(device, op, rows, channels):
     x = torch.randn(rows, 64, device=device)
-    w = torch.randn(6, 64)
+    w = torch.randn(channels, 64)
     clean = _call(op, x, w)
     x[1, 3] = float("inf")
     x[2, 9] = float("nan")
