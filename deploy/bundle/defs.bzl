@@ -93,6 +93,7 @@ def _export_weights_impl(ctx):
     args.add("--base", base[0].dirname)
     args.add("--model", ctx.attr.model)
     args.add("--out", outs[0].dirname)
+    args.add_all(ctx.attr.export_args)
     _run_exporter(
         ctx,
         args,
@@ -112,6 +113,10 @@ export_weights = rule(
         "base": attr.label(
             mandatory = True,
             doc = "The export_package whose package the weights are for (--base).",
+        ),
+        "export_args": attr.string_list(
+            doc = "Flags for the exporter besides --weights-only, --base, --model and " +
+                  "--out: the base's --quantize, for one.",
         ),
         # The target configuration, as export_package's.
         "exporter": attr.label(

@@ -77,8 +77,9 @@ def argument_parser() -> argparse.ArgumentParser:
         epilog="Factory protocol: see deploy/default_model.py. Exit status 0 on success, "
         f"{EXIT_USAGE} on bad usage, {EXIT_OUT_REFUSED} when --out may not be replaced "
         f"(nothing is touched), {EXIT_NOT_BASE_ARCHITECTURE} when --weights-only is given a "
-        "model whose architecture differs from --base's or a --base whose weights are frozen "
-        f"into it, {EXIT_ACCURACY} when --quantize's model falls below --min-cosine, "
+        "model whose architecture or quantization differs from --base's or a --base whose "
+        f"weights are frozen into it, {EXIT_ACCURACY} when --quantize's model falls below "
+        "--min-cosine, "
         f"{EXIT_INTERRUPTED} when interrupted, {EXIT_FAILURE} on any other failure "
         "(one line on stderr); the numbers mean the same for every program here "
         '(`loader --help` lists them all). An empty flag value (--signing-key "") is bad '
@@ -140,7 +141,8 @@ def argument_parser() -> argparse.ArgumentParser:
         f"takes no --weights-only weights file. {NO_AUTOTUNE}: compile once with Inductor's "
         f"defaults; the package takes weights files. Default: {MAX_AUTOTUNE} for CPU "
         f"packages of this machine's architecture, {NO_AUTOTUNE} for --device cuda and "
-        "cross targets, which it does not apply to",
+        "cross targets, which it does not apply to, and under --quantize, whose linear "
+        "layers have nothing for it to prepack",
     )
     p.add_argument(
         "--inductor-option",

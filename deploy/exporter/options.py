@@ -41,7 +41,7 @@ class Options:
     target: str = HOST_TARGET
     isa: str = "portable"
     max_batch: int = DEFAULT_MAX_BATCH
-    mode: str | None = None  # compile.MODES; None: default_mode(device, target)
+    mode: str | None = None  # compile.MODES; None: default_mode(device, target, quantize)
     inductor_options: tuple[str, ...] = ()  # KEY=VALUE, parsed once the export has started
     c_shims: bool = True  # call the op library's C shims, not the ProxyExecutor
     cache: CacheOptions | None = None  # None: no cache
@@ -61,8 +61,14 @@ def tunable(device: str, target: str) -> bool:
     return device == "cpu" and target == HOST_TARGET
 
 
-def default_mode(device: str, target: str) -> str:
-    return MAX_AUTOTUNE if tunable(device, target) else NO_AUTOTUNE
+def default_mode(device: str, target: str, quantize: str | None = None) -> str:
+    """max-autotune where it applies, but not under --quantize: every linear layer is then an
+    op of ours, which reads the weights as stored, so freezing has nothing to prepack (int8
+    packages of two real models measured level either way, docs/PERFORMANCE.md) and would only
+    cost the package its weights files."""
+    if quantize is not None or not tunable(device, target):
+        return NO_AUTOTUNE
+    return MAX_AUTOTUNE
 
 
 def flag(name: str) -> str:
@@ -130,4 +136,6 @@ def checked(opts: Options, spell: Callable[[str], str] = flag) -> Options:
         isinstance(opts.min_cosine, int | float) and 0 < opts.min_cosine <= 1
     ):
         raise refuse(f"{spell('min_cosine')} must be in (0, 1], got {opts.min_cosine!r}")
-    return dataclasses.replace(opts, mode=opts.mode or default_mode(opts.device, opts.target))
+    return dataclasses.replace(
+        opts, mode=opts.mode or default_mode(opts.device, opts.target, opts.quantize)
+    )

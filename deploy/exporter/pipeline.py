@@ -130,7 +130,8 @@ from .weights import architecture, first_difference, read_base, write_architectu
 
 # The factory protocol's spec (deploy/default_model.py) for a max batch.
 SpecMaker = Callable[[int], Any]
-Base = tuple[dict[str, str], dict[str, Any]]  # the base's package and architecture
+# The base's package, architecture and quantization record.
+Base = tuple[dict[str, str], dict[str, Any], dict[str, Any]]
 
 
 def run(
@@ -161,6 +162,7 @@ def run(
                 f"{spell('out')} {opts.out} is {spell('base')}: write the weights file elsewhere"
             )
         base = read_base(opts.base)
+        _check_base_scheme(base[2], opts, spell)
     # A target this installation cannot build for (the wheel has no cross toolchain).
     build = build_for(opts.target) if base is None else None
     times: dict[str, float] = {}
@@ -434,6 +436,32 @@ def _export_package(
     build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls, quantization)
 
 
+def _check_base_scheme(record: dict[str, Any], opts: Options, spell: Callable[[str], str]) -> None:
+    """A weights file carries values of the base package's scheme: its constants are int8 or
+    int4 codes and scales for a quantized package, floats for a float one. Checked before the
+    model is quantized or exported, and named as the flags to give."""
+    scheme = record["scheme"]
+    mine = opts.quantize or "none"
+    same_groups = scheme != "int4" or record.get("group_size") == opts.quantize_group_size
+    if scheme == mine and same_groups:
+        return
+
+    def described(name: str, group_size: Any) -> str:
+        if name == "none":
+            return f"float (no {spell('quantize')})"
+        how = f"{spell('quantize')} {name}"
+        if name == "int4":
+            how += f", {spell('quantize_group_size')} {group_size}"
+        return f"{name} ({how})"
+
+    raise ExportError(
+        f"{spell('base')} {opts.base}: its package is {described(scheme, record.get('group_size'))}"
+        f", this export {described(mine, opts.quantize_group_size)}: a weights file holds values "
+        "of its base's scheme; export the weights as the base was exported",
+        EXIT_NOT_BASE_ARCHITECTURE,
+    )
+
+
 def _export_weights(
     spec: Any,
     module: Any,
@@ -447,7 +475,7 @@ def _export_weights(
     """--weights-only: the weights file, and a sample with this model's eager outputs."""
     import torch
 
-    package, base_architecture = base
+    package, base_architecture, _ = base
     held: list[str] = []  # what the weights file holds, for the stage's line
     with _stage("weights", times, lambda: held[0]):
         mine = architecture(ep)

@@ -301,16 +301,21 @@ def first_difference(base: dict[str, Any], new: dict[str, Any]) -> str | None:
     return None
 
 
-def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any]]:
-    """The package (file, sha256) a weights file for export `folder` is for, and its architecture.
+def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any], dict[str, Any]]:
+    """The package (file, sha256) a weights file for export `folder` is for, its architecture,
+    and manifest.json's record of its quantization ({"scheme": "none"} for a float package).
 
     The sha256 is the one manifest.json records, and model.pt2 in `folder` must have it: the
     weights file names the package the fleet runs, which is that one.
     """
     try:
-        _, package = described_package(folder)
+        manifest_bytes, package = described_package(folder)
     except ExportError as e:
         raise ExportError(f"--base {folder}: {e}") from e
+    # Absent in packages exported before --quantize, which were float.
+    quantization = json.loads(manifest_bytes).get("quantization", {"scheme": "none"})
+    if not isinstance(quantization, dict) or not isinstance(quantization.get("scheme"), str):
+        raise ExportError(f"--base {folder}: manifest.json's quantization is not a scheme's record")
     arch_path = os.path.join(folder, ARCHITECTURE_FILE)
     try:
         with open(arch_path, "rb") as f:
@@ -338,7 +343,7 @@ def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any]]:
             "cannot update it; export the base with --mode no-autotune to update its weights",
             EXIT_NOT_BASE_ARCHITECTURE,
         )
-    return package, arch
+    return package, arch, quantization
 
 
 def _tensor_bytes(t: Any) -> bytes:

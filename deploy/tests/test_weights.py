@@ -344,6 +344,60 @@ def test_the_default_mode_freezes_the_weights(
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.fixture(scope="session")
+def int8_package() -> Path:
+    """//deploy:int8_package: the default model exported with --quantize int8 and no --mode."""
+    return package_folder("MY_OPS_INT8_PACKAGE", "//deploy:int8_package")
+
+
+@pytest.fixture(scope="session")
+def int8_retrained_weights() -> Path:
+    """//deploy:int8_retrained_weights: the retrained model's int8 weights for int8_package,
+    signed, with that quantized model's eager outputs."""
+    return package_folder(
+        "MY_OPS_INT8_RETRAINED_WEIGHTS", "//deploy:int8_retrained_weights", marker="weights.bin"
+    )
+
+
+def test_a_quantized_package_takes_signed_weights_of_its_scheme(
+    loader_bin: str,
+    int8_package: Path,
+    int8_retrained_weights: Path,
+    signing_keys: Path,
+    tmp_path: Path,
+) -> None:
+    """--quantize's default mode leaves the weights updatable: every linear layer is an op of
+    ours, which reads the int8 weights as they are, so there is nothing for freezing to prepack."""
+    manifest = json.loads((int8_package / "manifest.json").read_text())
+    assert manifest["quantization"]["scheme"] == "int8"
+    assert json.loads((int8_package / "architecture.json").read_text())["frozen"] is False
+    weights = json.loads((int8_retrained_weights / "weights.json").read_text())
+    dtypes = {c["name"]: c["dtype"] for c in weights["constants"]}
+    assert dtypes["down.weight"] == "Char" and dtypes["down.weight_scale"] == "Float", dtypes
+    expect = int8_retrained_weights / "expected_output.pt"
+    key = ("--public-key", str(signing_keys / "public_key.pem"))
+    proc = _run(loader_bin, int8_package, int8_retrained_weights, expect, tmp_path, *key)
+    assert proc.returncode == 0, proc.stderr
+    assert "outputs match" in proc.stdout
+    # The package's own weights do not give the retrained model's outputs.
+    own = _run(loader_bin, int8_package, None, expect, tmp_path)
+    assert own.returncode == EXIT_CODES["expect_mismatch"], own.stderr
+
+
+def test_float_weights_for_a_quantized_package_are_refused(
+    loader_bin: str, int8_package: Path, weights: Path, tmp_path: Path
+) -> None:
+    proc = _run(loader_bin, int8_package, weights, weights / "expected_output.pt", tmp_path)
+    _refused(proc, "is for another package")
+    # Even named as the int8 package's: the float file has no scales for its int8 weights, and
+    # nothing is copied (the check compares the manifest with the package's constants).
+    sha256 = json.loads((int8_package / "manifest.json").read_text())["package"]["sha256"]
+    _edit_manifest(weights, lambda m: m["package"].update(sha256=sha256))
+    proc = _run(loader_bin, int8_package, weights, weights / "expected_output.pt", tmp_path)
+    line = _refused(proc, "does not fit the package: it lacks the package's constant ")
+    assert line.endswith(".weight_scale"), line
+
+
 def test_export_refuses_a_frozen_base(tuned_package: Path, tmp_path: Path) -> None:
     """Its constants are prepacked copies under Inductor's names: a weights file of the program's
     parameters would be refused by the loader, so none is written."""

@@ -18,6 +18,7 @@ from conftest import EXIT_CODES
 
 import my_ops
 from deploy import Exported, ExportError, export
+from my_ops.quantize import quantize_linear_layers
 
 WIDTH = 32
 
@@ -60,6 +61,10 @@ def _process_state() -> dict:
 
 def _check_against_eager(exported: Exported, model: torch.nn.Module, batches) -> None:
     compiled = torch._inductor.aoti_load_package(str(exported.package))
+    _check_against_eager_runner(compiled, model, batches)
+
+
+def _check_against_eager_runner(compiled, model: torch.nn.Module, batches=(1, 4)) -> None:
     model = model.eval()
     for batch in batches:
         x = torch.randn(batch, WIDTH, generator=torch.Generator().manual_seed(batch))
@@ -176,8 +181,6 @@ def test_a_model_that_does_not_export_leaves_nothing(tmp_path: Path) -> None:
 def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from my_ops.quantize import quantize_linear_layers
-
     model = _block(2)
     exported = export(
         model,
@@ -242,6 +245,77 @@ def test_a_quantized_package_is_verified_against_the_float_model(tmp_path: Path)
         quantize="int8",
     )
     assert exported.package.is_file()
+
+
+def _weights_file(folder: Path) -> dict[str, torch.Tensor]:
+    """The constants of a weights export, read from weights.bin as weights.json places them."""
+    manifest = json.loads((folder / "weights.json").read_text())
+    blob = (folder / "weights.bin").read_bytes()
+    dtypes = {"Float": torch.float32, "Char": torch.int8}
+    constants = {}
+    for c in manifest["constants"]:
+        dtype = dtypes[c["dtype"]]
+        count = 1
+        for size in c["shape"]:
+            count *= size
+        data = bytearray(blob[c["offset"] : c["offset"] + count * dtype.itemsize])
+        constants[c["name"]] = torch.frombuffer(data, dtype=dtype).reshape(c["shape"])
+    return constants
+
+
+def test_a_quantized_package_takes_a_weights_file_of_its_scheme(tmp_path: Path) -> None:
+    def exported(model: torch.nn.Module, out: str, **kwargs) -> Exported:
+        return export(model, (torch.randn(4, WIDTH),), tmp_path / out, dynamic_shapes=_batch(4),
+                      max_batch=4, cache=False, quantize="int8", **kwargs)  # fmt: skip
+
+    base = exported(_block(0), "base", mode="no-autotune")
+    exported(_block(1), "weights", base=base.out)
+    constants = _weights_file(tmp_path / "weights")
+    # The int8 codes and scales of an independent quantization of the new model.
+    retrained = _block(1)
+    assert quantize_linear_layers(retrained, "int8") == ["linear"]
+    assert constants["linear.weight"].dtype == torch.int8
+    assert torch.equal(constants["linear.weight"], retrained.linear.weight)
+    assert torch.equal(constants["linear.weight_scale"], retrained.linear.weight_scale)
+    assert not torch.equal(constants["linear.weight"], _quantized_weight(_block(0)))
+    # The base package, its constants replaced by the file's, computes the new model.
+    compiled = torch._inductor.aoti_load_package(str(base.package))
+    compiled.load_constants(constants, check_full_update=True)
+    _check_against_eager_runner(compiled, retrained)
+
+
+def _quantized_weight(model: Block) -> torch.Tensor:
+    quantize_linear_layers(model, "int8")
+    return model.linear.weight
+
+
+@pytest.mark.parametrize(
+    ("base_scheme", "kwargs", "needle"),
+    [
+        ("int8", {}, "its package is int8 (quantize int8), this export float (no quantize)"),
+        (None, {"quantize": "int8"}, "its package is float (no quantize), this export int8"),
+        (
+            "int4",
+            {"quantize": "int4", "quantize_group_size": 64},
+            "its package is int4 (quantize int4, quantize_group_size 32), this export int4 "
+            "(quantize int4, quantize_group_size 64)",
+        ),
+    ],
+    ids=["int8-base-float-weights", "float-base-int8-weights", "int4-other-group-size"],
+)
+def test_a_weights_file_of_another_scheme_is_refused(
+    tmp_path: Path, base_scheme: str | None, kwargs: dict, needle: str
+) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    example = (torch.randn(2, 64),)
+    base = export(model, example, tmp_path / "base", mode="no-autotune", cache=False,
+                  quantize=base_scheme)  # fmt: skip
+    before = sorted(p.name for p in base.out.iterdir())
+    with pytest.raises(ExportError, match=re.escape(needle)) as caught:
+        export(model, example, tmp_path / "weights", cache=False, base=base.out, **kwargs)
+    assert caught.value.code == EXIT_CODES["not_base_architecture"]
+    assert not (tmp_path / "weights").exists()
+    assert sorted(p.name for p in base.out.iterdir()) == before
 
 
 def test_a_quantized_model_below_min_cosine_writes_nothing(tmp_path: Path) -> None:

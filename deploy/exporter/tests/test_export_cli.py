@@ -342,6 +342,9 @@ def test_inductor_options(device: str, isa: str) -> None:
         (["--device", "cuda"], "no-autotune"),
         (["--target", "linux-aarch64"], "no-autotune"),
         (["--target", "linux-aarch64", "--mode", "no-autotune"], "no-autotune"),
+        # Nothing to prepack: every linear layer is a quantized op.
+        (["--quantize", "int8"], "no-autotune"),
+        (["--quantize", "int4", "--mode", "max-autotune"], "max-autotune"),
     ],
 )
 def test_the_default_mode_tunes_cpu_packages_of_this_machine(args: list[str], mode: str) -> None:
