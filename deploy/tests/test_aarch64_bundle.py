@@ -1,11 +1,13 @@
 """The linux-aarch64 bundle, unpacked and run under qemu-aarch64 on this x86-64 machine.
 
 Environment (set by the Bazel rule): AARCH64_BUNDLE_TAR (//deploy:bundle_linux_aarch64),
+AARCH64_INT8_PACKAGE (//deploy:int8_package_linux_aarch64), AARCH64_RETRAINED_WEIGHTS,
 MY_OPS_DEFAULT_PACKAGE (the x86-64 //deploy:default_package), and those of qemu_aarch64.py.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -20,6 +22,7 @@ import torch
 from conftest import BUNDLE_FILES, EXIT_CODES, absolute_from_env, package_folder
 
 from deploy import default_model
+from my_ops.quantize import quantize_linear_layers
 
 # Emulated start-up of a program linked to libtorch_cpu takes seconds.
 TIMEOUT = 600
@@ -190,6 +193,37 @@ def test_a_weights_file_gives_the_retrained_models_outputs(
             *torch.load(weights / "sample_input.pt")
         )
     assert not torch.allclose(original, want[0], rtol=2e-5, atol=1e-5)
+
+
+def test_an_int8_package_runs_with_the_bundles_op_library(
+    bundle: Path, prefix: Path, tmp_path: Path
+) -> None:
+    """The default model exported with --target linux-aarch64 --quantize int8, run by the
+    bundle's loader and op library (the quantized ops' aarch64 kernels) under qemu."""
+    package = package_folder("AARCH64_INT8_PACKAGE", "//deploy:int8_package_linux_aarch64")
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["target"] == "linux-aarch64"
+    assert manifest["quantization"]["scheme"] == "int8"
+    assert "my_ops::linear_int8" in {op["name"] for op in manifest["ops"]}
+    out = tmp_path / "output.pt"
+    args = _loader_args(bundle, out, package / "model.pt2", package / "manifest.json")
+    args[args.index("--input") + 1] = str(package / "sample_input.pt")
+    result = _loader(prefix, bundle, args, tmp_path)
+    assert result.returncode == 0, result.stderr
+    (got,) = torch.load(out)
+    sample = torch.load(package / "sample_input.pt")
+    # The reference: the model quantized the same way, in eager on this x86-64 machine with
+    # the x86-64 op library. The integer sums are exact on both; the float math around them
+    # differs in the last bits (see above), which could move an activation across a rounding
+    # boundary of its quantization: the exporter's own tolerance for a package, 1e-4, holds
+    # for this model, and the float model is far further away than that.
+    model = default_model.make_model(max_batch=16).module.eval()
+    quantized = copy.deepcopy(model)
+    quantize_linear_layers(quantized, "int8")
+    with torch.no_grad():
+        want, float_outputs = quantized(*sample), model(*sample)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(got, float_outputs, rtol=1e-4, atol=1e-4)
 
 
 def test_tampered_package_is_refused(bundle: Path, prefix: Path, tmp_path: Path) -> None:
