@@ -522,15 +522,29 @@ struct alignas(64) AmxConfig {
   uint8_t rows[16] = {};
 };
 
+// A tile of rows whose every byte is 1: a tile of weights times it is each channel's weight sum,
+// in each of its 16 columns.
+alignas(64) constexpr std::array<uint8_t, kTileRows * 64> kOnesTile = [] {
+  std::array<uint8_t, kTileRows * 64> ones{};
+  ones.fill(1);
+  return ones;
+}();
+
 // sums[a][t] = tile a of channels (16 rows k apart from `w`) times tile t of rows, over k.
-// Tiles 0-3 the sums (a * 2 + t), 4-5 the weights, 6-7 the rows.
-template <int A, int T>
+// Tiles 0-3 the sums (a * 2 + t), 4-5 the weights, 6-7 the rows. WeightSums, with one tile of
+// rows (T == 1, which leaves tiles 1, 3 and 7 free): the weights are also multiplied by
+// kOnesTile, into sums[a][1], so that their sums come from the pass that reads them for the
+// products, not from one of their own before it (see linear_int8_amx).
+template <int A, int T, bool WeightSums>
 MY_OPS_AMX void amx_sums(const int8_t* w, int64_t k, const uint8_t* tiles, int64_t tile_stride,
                          int32_t (&sums)[2][2][kAmxChannels][kTileRows]) {
+  static_assert(!WeightSums || T == 1);
+  constexpr bool second_column = T == 2 || WeightSums;  // tiles 1 and 3, from tile 7
   _tile_zero(0);
-  if constexpr (T == 2) _tile_zero(1);
+  if constexpr (second_column) _tile_zero(1);
   if constexpr (A == 2) _tile_zero(2);
-  if constexpr (A == 2 && T == 2) _tile_zero(3);
+  if constexpr (A == 2 && second_column) _tile_zero(3);
+  if constexpr (WeightSums) _tile_loadd(7, kOnesTile.data(), 64);
   for (int64_t i = 0; i < k; i += kAmxK) {
     // Step i / 4 of a tile of rows starts at byte i / 4 * 64.
     _tile_loadd(4, w + i, k);
@@ -538,20 +552,22 @@ MY_OPS_AMX void amx_sums(const int8_t* w, int64_t k, const uint8_t* tiles, int64
     if constexpr (A == 2) _tile_loadd(5, w + kAmxChannels * k + i, k);
     if constexpr (T == 2) _tile_loadd(7, tiles + tile_stride + i * 16, 64);
     _tile_dpbsud(0, 4, 6);
-    if constexpr (T == 2) _tile_dpbsud(1, 4, 7);
+    if constexpr (second_column) _tile_dpbsud(1, 4, 7);
     if constexpr (A == 2) _tile_dpbsud(2, 5, 6);
-    if constexpr (A == 2 && T == 2) _tile_dpbsud(3, 5, 7);
+    if constexpr (A == 2 && second_column) _tile_dpbsud(3, 5, 7);
   }
   _tile_stored(0, sums[0][0], 64);
-  if constexpr (T == 2) _tile_stored(1, sums[0][1], 64);
+  if constexpr (second_column) _tile_stored(1, sums[0][1], 64);
   if constexpr (A == 2) _tile_stored(2, sums[1][0], 64);
-  if constexpr (A == 2 && T == 2) _tile_stored(3, sums[1][1], 64);
+  if constexpr (A == 2 && second_column) _tile_stored(3, sums[1][1], 64);
 }
 
 using AmxSums = void (*)(const int8_t*, int64_t, const uint8_t*, int64_t,
                          int32_t (&)[2][2][kAmxChannels][kTileRows]);
-constexpr AmxSums kAmxSums[2][2] = {{&amx_sums<1, 1>, &amx_sums<1, 2>},
-                                    {&amx_sums<2, 1>, &amx_sums<2, 2>}};
+// [channel tiles - 1][row tiles - 1, or 2 for one tile of rows and the weights' sums].
+constexpr AmxSums kAmxSums[2][3] = {
+    {&amx_sums<1, 1, false>, &amx_sums<1, 2, false>, &amx_sums<1, 1, true>},
+    {&amx_sums<2, 1, false>, &amx_sums<2, 2, false>, &amx_sums<2, 1, true>}};
 
 MY_OPS_AMX void amx_begin() {
   AmxConfig config;
@@ -607,13 +623,25 @@ MY_OPS_VNNI int64_t linear_int8_amx(const uint8_t* tiles, const QuantizedRow* pa
   while (n_end - n0 >= kAmxChannels) {
     const int a_tiles = n_end - n0 >= 2 * kAmxChannels ? 2 : 1;
     const int channels = a_tiles * static_cast<int>(kAmxChannels);
-    for (int c = 0; c < channels; ++c) {
-      w_sums[c] = static_cast<int32_t>(int8_weight_sum(weight + (n0 + c) * k, k));
+    // At a few rows a call streams every weight from memory once, and a pass of its own for the
+    // sums would be that stream, the products then reading the weights from cache: with one
+    // tile of rows the products' pass makes the sums (amx_sums' WeightSums). With more tiles
+    // the sums' pass is paid once for all of them.
+    const bool sums_from_products = tile_count == 1;
+    if (!sums_from_products) {
+      for (int c = 0; c < channels; ++c) {
+        w_sums[c] = static_cast<int32_t>(int8_weight_sum(weight + (n0 + c) * k, k));
+      }
     }
     for (int64_t t0 = 0; t0 < tile_count; t0 += 2) {
       const int t_tiles = tile_count - t0 >= 2 ? 2 : 1;
-      kAmxSums[a_tiles - 1][t_tiles - 1](weight + n0 * k, k, tiles + t0 * tile_stride, tile_stride,
-                                         sums);
+      kAmxSums[a_tiles - 1][sums_from_products ? 2 : t_tiles - 1](
+          weight + n0 * k, k, tiles + t0 * tile_stride, tile_stride, sums);
+      if (sums_from_products) {
+        for (int a = 0; a < a_tiles; ++a) {
+          for (int c = 0; c < kAmxChannels; ++c) w_sums[a * kAmxChannels + c] = sums[a][1][c][0];
+        }
+      }
       // Transposed, a row of sums is one row's 16 channels: stored whole, where a channel's
       // 16 rows would be scattered n_total apart.
       for (int a = 0; a < a_tiles; ++a) {
