@@ -123,11 +123,31 @@ MY_OPS_VNNI int64_t int8_weight_sum(const int8_t* w, int64_t k) {
 void linear_int8_vnni(const uint8_t* q, const QuantizedRow* params, int64_t rows, int64_t k,
                       const int8_t* weight, const float* weight_scale, const float* bias,
                       float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
+  // At up to 3 rows (a decoding step is 1) the products read each weight once, from memory, and
+  // a pass of their own for the weights' sums would be that read: a row of ones after the rows
+  // makes the sums in the products' pass instead, as one more row of the same block.
+  const bool sums_from_products = rows < 4;
+  std::vector<uint8_t> rows_and_ones;
+  if (sums_from_products) {
+    rows_and_ones.assign(static_cast<size_t>((rows + 1) * k), 1);
+    std::memcpy(rows_and_ones.data(), q, static_cast<size_t>(rows * k));
+  }
   int32_t dots[4][4];
   for (int64_t n0 = n_begin; n0 < n_end; n0 += 4) {
     const int channels = static_cast<int>(std::min<int64_t>(4, n_end - n0));
     const int8_t* w = weight + n0 * k;
     int64_t w_sums[4];
+    if (sums_from_products) {
+      kInt8Dots[rows][channels - 1](rows_and_ones.data(), k, w, k, k, dots);
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < channels; ++c) {
+          const int64_t n = n0 + c;
+          out[r * n_total + n] = int8_output(params[r], dots[r][c], dots[rows][c], weight_scale[n],
+                                             bias != nullptr ? bias[n] : 0.0f);
+        }
+      }
+      continue;
+    }
     for (int c = 0; c < channels; ++c) w_sums[c] = int8_weight_sum(w + c * k, k);
     for (int64_t m0 = 0; m0 < rows; m0 += 4) {
       const int block_rows = static_cast<int>(std::min<int64_t>(4, rows - m0));

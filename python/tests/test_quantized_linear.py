@@ -37,7 +37,14 @@ def test_linear_int8_products_are_exact(device):
     g = torch.Generator().manual_seed(0)
     # Few rows and many, whole tiles of 16 rows and a part of one, blocks of channels whole and
     # not, an in_features that is not a multiple of 4.
-    for rows, k, n in ((1, 8, 3), (5, 257, 19), (17, 257, 19), (16, 1024, 33), (37, 512, 29)):
+    for rows, k, n in (
+        (1, 8, 3),
+        (3, 257, 19),
+        (5, 257, 19),
+        (17, 257, 19),
+        (16, 1024, 33),
+        (37, 512, 29),
+    ):
         x = _exact_rows(rows, k, g)
         w = torch.randint(-128, 128, (n, k), generator=g, dtype=torch.int8)
         scale = torch.ones(n)
