@@ -1,39 +1,46 @@
-"""tools/bazel run //deploy:bench_models: real pretrained models, our packages against ONNX Runtime.
+"""tools/bazel run //deploy:bench_models: real pretrained models, ours against ORT and ExecuTorch.
 
 For each model of real_models.py (a BERT sentence encoder and a LLaMA-family LLM, from PyPI
 packages) and each sequence length, at batch 1 with static shapes:
 
 1. Exports, through the exporter with its default flags: the model patched with our ops
-   (``ours``) and the original (``inductor``, Inductor's own code for the same model); and the
-   original to ONNX (``torch.onnx.export(dynamo=True)``). Exports are cached: the packages in
-   the exporter's compile cache, the ONNX files in --work.
+   (``ours``) and the original (``inductor``, Inductor's own code for the same model); the
+   original to ONNX (``torch.onnx.export(dynamo=True)``); and the original to ExecuTorch
+   (``torch.export``, then ``to_edge_transform_and_lower`` with the XNNPACK partitioner: fp32,
+   the ops XNNPACK supports delegated to it). Exports are cached: the packages in the
+   exporter's compile cache, the ONNX and ExecuTorch files in --work.
 2. Checks every runner's output on a held-out input against the original model in eager
    PyTorch (cosine > 0.9999; for the LLM the same next token) before anything is timed.
 3. Times, at each intra-op thread count: our package through the C++ loader (``loader
    --bench``) and through the SDK (``sdk_app``), Inductor's package through the loader, ONNX
-   Runtime (CPU execution provider, all graph optimisations) and eager PyTorch. Each round
-   runs every runner once, in an order that rotates from round to round, each pinned to the
-   last CPU at one thread and to every CPU at two; a runner's figure is the median over rounds
-   of its per-call p50, and a ratio the median over rounds of the per-round ratio.
+   Runtime (CPU execution provider, all graph optimisations), ExecuTorch (its Python
+   bindings' runtime, XNNPACK on a thread pool of that many threads: a worker process per
+   thread count) and eager PyTorch. Each round runs every runner once, in an order that
+   rotates from round to round, each pinned to the last CPU at one thread and to every CPU at
+   two; a runner's figure is the median over rounds of its per-call p50, and a ratio the
+   median over rounds of the per-round ratio.
 
-Targets (MET/MISSED): our package through the loader <= ONNX Runtime, and <= Inductor's
-package, for every model, length and thread count (ratios rounded to two decimals).
+Targets (MET/MISSED): our package through the loader <= ONNX Runtime, <= ExecuTorch, and <=
+Inductor's package, for every model, length and thread count (ratios rounded to two decimals;
+timing_table.py).
 
-With ``--quantize int8|int4`` our package is exported with the exporter's ``--quantize`` and
-ONNX Runtime runs its own recipe for the scheme (model_worker.py's ``ort-quantize``); Inductor's
-package and eager stay float. The parity check then asks each quantized runner for the scheme's
-accuracy (QUANTIZED_PARITY) and reports the others' cosine; a peer below it is shown, not fatal.
+With ``--quantize int8|int4`` our package is exported with the exporter's ``--quantize``, and
+ONNX Runtime and ExecuTorch each run their own recipe for the scheme (model_worker.py's
+``ort-quantize`` and ``executorch-export``): int8, dynamic int8 activations and per-channel int8
+weights (ExecuTorch: XNNPACKQuantizer's PT2E flow); int4, int8 activations and int4 weights in
+groups of 32 (ONNX Runtime: MatMulNBits; ExecuTorch: its LLM export's 8da4w through torchao).
+Inductor's package and eager stay float, so ours is held to the faster of the two runtimes'
+quantized models. The parity check then asks each quantized runner for the scheme's accuracy
+(QUANTIZED_PARITY) and reports the others' cosine; a peer below it is shown, not fatal.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import hashlib
 import os
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -43,10 +50,10 @@ import torch
 
 from deploy.bench import real_models
 from deploy.bench.model_worker import cpus_for
+from deploy.bench.timing_table import HEADER, PEERS, RUNNERS, Case, table
 from deploy.contract.command_line import NonEmptyValueParser
 from deploy.exporter.options import DEFAULT_MIN_COSINE
 
-RUNNERS = ("ours loader", "ours SDK", "inductor loader", "onnxruntime", "eager")
 # Calls per runner and round at each length: about a second of work at one thread.
 CALLS = {"minilm": {16: 200, 64: 50, 128: 25}, "smollm2": {16: 20, 64: 8, 128: 5}}
 PARITY = 0.9999
@@ -77,16 +84,6 @@ def _real(var: str) -> str:
         _fail(f"${var} ({path!r}) not found; run through tools/bazel run //deploy:bench_models")
     # `bazel run` starts us in the runfiles tree, where data paths are relative links.
     return os.path.realpath(path)
-
-
-@dataclasses.dataclass(frozen=True)
-class Case:
-    model: str
-    length: int
-
-    @property
-    def label(self) -> str:
-        return f"{self.model} {self.length} tokens"
 
 
 class Worker:
@@ -209,6 +206,50 @@ def export_onnx(cases: list[Case], work: Path, env: dict, quantize: str | None =
     return files
 
 
+def export_executorch(
+    cases: list[Case], work: Path, env: dict, quantize: str | None = None
+) -> dict:
+    """The original model of every case as an ExecuTorch program for XNNPACK, quantized by
+    ExecuTorch's recipe for `quantize` if one is given; an existing file in --work is reused
+    (each is written whole or not at all)."""
+    files = {}
+    for case in cases:
+        scheme = quantize or "float"
+        suffix = f".{quantize}.pte" if quantize else ".pte"
+        path = work / "executorch" / f"{case.model}__{case.length}{suffix}"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not path.exists():
+            t0 = time.perf_counter()
+            cmd = [sys.executable, "-m", "deploy.bench.model_worker", "executorch-export"]
+            _check(
+                subprocess.run(
+                    [*cmd, case.model, str(case.length), scheme, str(path)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                ),
+                f"the ExecuTorch {scheme} export of {case.label}",
+            )
+            print(
+                f"executorch {scheme} export {case.label}: {time.perf_counter() - t0:.1f} s",
+                flush=True,
+            )
+        files[case] = path
+    return files
+
+
+def _executorch_worker(threads: int) -> str:
+    return f"executorch {threads}"
+
+
+def _peers(case: Case, threads: int, onnx: dict, pte: dict, workers: dict) -> dict:
+    """{peer: (its worker, its file of `case`)} for the edge runtimes at `threads`."""
+    return {
+        "onnxruntime": (workers["onnxruntime"], onnx[case]),
+        "executorch": (workers[_executorch_worker(threads)], pte[case]),
+    }
+
+
 def _compare(got: torch.Tensor, want: torch.Tensor, model: str) -> tuple[float, bool]:
     got, want = got.double().flatten(), want.double().flatten()
     cosine = torch.nn.functional.cosine_similarity(got, want, dim=0).item()
@@ -225,9 +266,8 @@ def _original(model: str) -> torch.nn.Module:
 def check_parity(
     case: Case,
     folders: dict,
-    onnx: Path,
+    peers: dict,
     tools: dict,
-    workers: dict,
     work: Path,
     quantize: str | None = None,
 ) -> tuple[list[tuple[str, ...]], list[str]]:
@@ -255,12 +295,13 @@ def check_parity(
         ]
         _check(subprocess.run(cmd, capture_output=True, text=True), f"the loader on {out}")
         outputs[f"{variant} loader"] = torch.load(out)[0]
-    out = sample.with_suffix(".onnxruntime.out.pt")
-    workers["onnxruntime"].ask(f"run {onnx} {sample} {out}")
-    outputs["onnxruntime"] = torch.load(out)
+    for peer, (worker, path) in peers.items():
+        out = sample.with_suffix(f".{peer}.out.pt")
+        worker.ask(f"run {path} {sample} {out}")
+        outputs[peer] = torch.load(out)
     rows, missed = [], []
     for runner, got in outputs.items():
-        quantized = quantize is not None and runner in ("ours loader", "onnxruntime")
+        quantized = quantize is not None and runner in ("ours loader", *PEERS)
         minimum, token_required = (
             (QUANTIZED_PARITY[quantize][0][case.model], QUANTIZED_PARITY[quantize][1])
             if quantized
@@ -284,8 +325,8 @@ def check_parity(
         # A quantized runner below the scheme's target has missed an accuracy target: a peer's
         # is its result, shown; ours is reported with the speed targets. Below the exporter's
         # own gate, or a float runner below parity, the package is broken: nothing is timed.
-        if quantized and (runner == "onnxruntime" or cosine >= QUANTIZED_FLOOR):
-            if runner != "onnxruntime":
+        if quantized and (runner in PEERS or cosine >= QUANTIZED_FLOOR):
+            if runner not in PEERS:
                 missed.append(f"{case.label} {label} cosine {cosine:.7f} < {minimum}{token}")
             continue
         _fail(
@@ -301,9 +342,9 @@ def time_case(
     rounds: int,
     calls: int,
     folders: dict,
-    onnx: Path,
+    peers: dict,
     tools: dict,
-    workers: dict,
+    eager: Worker,
 ) -> dict[str, list[float]]:
     """{runner: per-round p50 (ms)} for one case at one thread count."""
     sample = folders[(case, "ours")] / "sample_input.pt"
@@ -329,9 +370,12 @@ def time_case(
         "ours SDK": cpp(tools["sdk_app"], "ours"),
         "inductor loader": [*cpp(tools["loader"], "inductor"), *scratch],
     }
-    requests = {
-        "onnxruntime": f"time {threads} {calls} {onnx} {sample}",
-        "eager": f"time {threads} {calls} - {sample}",
+    served = {
+        **{
+            peer: (worker, f"time {threads} {calls} {path} {sample}")
+            for peer, (worker, path) in peers.items()
+        },
+        "eager": (eager, f"time {threads} {calls} - {sample}"),
     }
     p50s: dict[str, list[float]] = {r: [] for r in RUNNERS}
     for r in range(rounds):
@@ -343,43 +387,13 @@ def time_case(
                 )
                 line = _check(proc, f"{runner} on {case.label}")
             else:
-                line = workers[runner if runner == "onnxruntime" else case.model].ask(
-                    requests[runner]
-                )
+                worker, request = served[runner]
+                line = worker.ask(request)
             match = _P50.search(line)
             if not match:
                 _fail(f"{runner} on {case.label} printed no p50: {line!r}")
             p50s[runner].append(float(match.group(1)))
     return p50s
-
-
-def _ratio(p50s: dict[str, list[float]], a: str, b: str) -> float:
-    return statistics.median(x / y for x, y in zip(p50s[a], p50s[b], strict=True))
-
-
-def table(results: list[tuple[Case, int, dict]]) -> tuple[list[tuple[str, ...]], list[str]]:
-    rows, missed = [], []
-    for case, threads, p50s in results:
-        median = {r: statistics.median(v) for r, v in p50s.items()}
-        versus_ort = _ratio(p50s, "ours loader", "onnxruntime")
-        versus_inductor = _ratio(p50s, "ours loader", "inductor loader")
-        verdicts = []
-        for what, ratio in (("ORT", versus_ort), ("Inductor", versus_inductor)):
-            ok = round(ratio, 2) <= 1.0
-            verdicts.append(f"{'MET' if ok else 'MISSED'}")
-            if not ok:
-                missed.append(f"{case.label} {threads} thread(s) vs {what} {ratio:.2f}")
-        rows.append(
-            (
-                case.model,
-                str(case.length),
-                str(threads),
-                *(f"{median[r]:.2f}" for r in RUNNERS),
-                f"{versus_ort:.2f} {verdicts[0]}",
-                f"{versus_inductor:.2f} {verdicts[1]}",
-            )
-        )
-    return rows, missed
 
 
 def print_table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
@@ -445,8 +459,8 @@ def main(argv: list[str] | None = None) -> int:
         "--quantize",
         choices=tuple(QUANTIZED_PARITY),
         default=None,
-        help="export our package with --quantize SCHEME and run ONNX Runtime's recipe for the "
-        "same scheme (default: both float)",
+        help="export our package with --quantize SCHEME and run ONNX Runtime's and ExecuTorch's "
+        "recipes for the same scheme (default: all float)",
     )
     p.add_argument("--no-check", action="store_true", help="exit 0 even when a target is missed")
     args = p.parse_args(argv)
@@ -492,15 +506,17 @@ def main(argv: list[str] | None = None) -> int:
     cases = [Case(m, n) for m in models for n in lengths]
     folders = export_packages(cases, exporter, args.export_option, work, env, args.quantize)
     onnx = export_onnx(cases, work, env, args.quantize)
+    pte = export_executorch(cases, work, env, args.quantize)
     workers = {"onnxruntime": Worker(["ort"], env)}
+    for threads in thread_counts:
+        workers[_executorch_worker(threads)] = Worker(["executorch", str(threads)], env)
     for model in models:
         workers[model] = Worker(["eager", model], env)
     try:
         parity, inaccurate = [], []
         for case in cases:
-            rows, missed = check_parity(
-                case, folders, onnx[case], tools, workers, work, args.quantize
-            )
+            peers = _peers(case, thread_counts[0], onnx, pte, workers)
+            rows, missed = check_parity(case, folders, peers, tools, work, args.quantize)
             parity += rows
             inaccurate += missed
         print_table(
@@ -517,35 +533,25 @@ def main(argv: list[str] | None = None) -> int:
                     f"{calls} calls per runner",
                     flush=True,
                 )
-                results.append(
-                    (
-                        case,
-                        threads,
-                        time_case(
-                            case, threads, args.rounds, calls, folders, onnx[case], tools, workers
-                        ),
-                    )
+                peers = _peers(case, threads, onnx, pte, workers)
+                p50s = time_case(
+                    case, threads, args.rounds, calls, folders, peers, tools, workers[case.model]
                 )
+                results.append((case, threads, p50s))
     finally:
         for worker in workers.values():
             worker.close()
     rows, missed = table(results)
     missed = inaccurate + missed
-    header = (
-        "model",
-        "tokens",
-        "threads",
-        *(f"{r} ms" for r in RUNNERS),
-        "ours/ORT",
-        "ours/Inductor",
-    )
     scheme = (
-        f"; ours and onnxruntime {args.quantize}, inductor and eager float" if args.quantize else ""
+        f"; ours, onnxruntime and executorch {args.quantize}, inductor and eager float"
+        if args.quantize
+        else ""
     )
     print_table(
         f"per-call p50 (ms), batch 1, median of {args.rounds} rounds, {os.cpu_count()} CPUs"
         f"{scheme}",
-        header,
+        HEADER,
         rows,
     )
     print("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
