@@ -126,7 +126,14 @@ from .program_calls import package_calls
 from .signing import load_signing_key
 from .target import Build, build_for
 from .verify import Accuracy, agreement, sample_inputs
-from .weights import architecture, first_difference, read_base, write_architecture, write_weights
+from .weights import (
+    architecture,
+    check_base_scheme,
+    first_difference,
+    read_base,
+    write_architecture,
+    write_weights,
+)
 
 # The factory protocol's spec (deploy/default_model.py) for a max batch.
 SpecMaker = Callable[[int], Any]
@@ -162,7 +169,7 @@ def run(
                 f"{spell('out')} {opts.out} is {spell('base')}: write the weights file elsewhere"
             )
         base = read_base(opts.base)
-        _check_base_scheme(base[2], opts, spell)
+        check_base_scheme(base[2], opts, spell)
     # A target this installation cannot build for (the wheel has no cross toolchain).
     build = build_for(opts.target) if base is None else None
     times: dict[str, float] = {}
@@ -434,32 +441,6 @@ def _export_package(
     calls = package_calls(ep, shims.calls)
     write_architecture(stage, package, ep, frozen=frozen(options))
     build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls, quantization)
-
-
-def _check_base_scheme(record: dict[str, Any], opts: Options, spell: Callable[[str], str]) -> None:
-    """A weights file carries values of the base package's scheme: its constants are int8 or
-    int4 codes and scales for a quantized package, floats for a float one. Checked before the
-    model is quantized or exported, and named as the flags to give."""
-    scheme = record["scheme"]
-    mine = opts.quantize or "none"
-    same_groups = scheme != "int4" or record.get("group_size") == opts.quantize_group_size
-    if scheme == mine and same_groups:
-        return
-
-    def described(name: str, group_size: Any) -> str:
-        if name == "none":
-            return f"float (no {spell('quantize')})"
-        how = f"{spell('quantize')} {name}"
-        if name == "int4":
-            how += f", {spell('quantize_group_size')} {group_size}"
-        return f"{name} ({how})"
-
-    raise ExportError(
-        f"{spell('base')} {opts.base}: its package is {described(scheme, record.get('group_size'))}"
-        f", this export {described(mine, opts.quantize_group_size)}: a weights file holds values "
-        "of its base's scheme; export the weights as the base was exported",
-        EXIT_NOT_BASE_ARCHITECTURE,
-    )
 
 
 def _export_weights(

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
 from .contract import load_contract
@@ -344,6 +345,32 @@ def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any], dict[str, An
             EXIT_NOT_BASE_ARCHITECTURE,
         )
     return package, arch, quantization
+
+
+def check_base_scheme(record: dict[str, Any], opts: Any, spell: Callable[[str], str]) -> None:
+    """A weights file carries values of the base package's scheme: its constants are int8 or
+    int4 codes and scales for a quantized package, floats for a float one. Checked before the
+    model is quantized or exported, and named as the flags to give."""
+    scheme = record["scheme"]
+    mine = opts.quantize or "none"
+    same_groups = scheme != "int4" or record.get("group_size") == opts.quantize_group_size
+    if scheme == mine and same_groups:
+        return
+
+    def described(name: str, group_size: Any) -> str:
+        if name == "none":
+            return f"float (no {spell('quantize')})"
+        how = f"{spell('quantize')} {name}"
+        if name == "int4":
+            how += f", {spell('quantize_group_size')} {group_size}"
+        return f"{name} ({how})"
+
+    raise ExportError(
+        f"{spell('base')} {opts.base}: its package is {described(scheme, record.get('group_size'))}"
+        f", this export {described(mine, opts.quantize_group_size)}: a weights file holds values "
+        "of its base's scheme; export the weights as the base was exported",
+        EXIT_NOT_BASE_ARCHITECTURE,
+    )
 
 
 def _tensor_bytes(t: Any) -> bytes:
