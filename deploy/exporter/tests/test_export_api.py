@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import tempfile
@@ -18,6 +19,7 @@ from conftest import EXIT_CODES
 
 import my_ops
 from deploy import Exported, ExportError, export
+from deploy.exporter.contract import load_contract
 from my_ops.quantize import quantize_linear_layers
 
 WIDTH = 32
@@ -251,14 +253,12 @@ def _weights_file(folder: Path) -> dict[str, torch.Tensor]:
     """The constants of a weights export, read from weights.bin as weights.json places them."""
     manifest = json.loads((folder / "weights.json").read_text())
     blob = (folder / "weights.bin").read_bytes()
-    dtypes = {"Float": torch.float32, "Char": torch.int8}
+    # The file's dtype names are c10's, as the package contract maps torch's to them.
+    dtypes = {c10: getattr(torch, name) for name, c10 in load_contract().input_dtypes.items()}
     constants = {}
     for c in manifest["constants"]:
         dtype = dtypes[c["dtype"]]
-        count = 1
-        for size in c["shape"]:
-            count *= size
-        data = bytearray(blob[c["offset"] : c["offset"] + count * dtype.itemsize])
+        data = bytearray(blob[c["offset"] : c["offset"] + math.prod(c["shape"]) * dtype.itemsize])
         constants[c["name"]] = torch.frombuffer(data, dtype=dtype).reshape(c["shape"])
     return constants
 
