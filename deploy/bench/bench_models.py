@@ -68,8 +68,8 @@ QUANTIZED_PARITY = {
 QUANTIZED_FLOOR = DEFAULT_MIN_COSINE
 _P50 = re.compile(r"p50 ([0-9.]+) ms")
 # The exporter's compile-cache bound for the bench's exports, unless --export-option sets one.
-# The LLM's packages hold frozen, prepacked weights (about 1 GB each), so under the exporter's
-# default bound a second run would compile again what the first evicted instead of hitting.
+# The LLM's packages hold about 540 MB of weights each (1 GB under --mode max-autotune), so under
+# the exporter's default bound a second run would compile again what the first evicted.
 CACHE_MAX_MB = 16384
 
 

@@ -133,16 +133,14 @@ def argument_parser() -> argparse.ArgumentParser:
         "--mode",
         choices=MODES,
         default=None,
-        help=f"what the compile spends on the package's speed. {MAX_AUTOTUNE}: freeze the "
-        "weights into the package, prepacked, and compile every matrix product with a weight "
-        "with Inductor's C++ matrix-product template, its blockings benchmarked on this "
-        "machine (ATen's kernel serves the products the template does not take; up to twice "
-        "the export time; the tuning is cached like the rest of the compile). The package "
-        f"takes no --weights-only weights file. {NO_AUTOTUNE}: compile once with Inductor's "
-        f"defaults; the package takes weights files. Default: {MAX_AUTOTUNE} for CPU "
-        f"packages of this machine's architecture, {NO_AUTOTUNE} for --device cuda and "
-        "cross targets, which it does not apply to, and under --quantize, whose linear "
-        "layers have nothing for it to prepack",
+        help=f"what the compile spends on the package's speed. {NO_AUTOTUNE} (the default): "
+        "compile once with Inductor's defaults; the package holds each weight once and takes "
+        f"--weights-only weights files. {MAX_AUTOTUNE} (CPU packages of this machine's "
+        "architecture): freeze the weights into the package, prepacked, and compile every "
+        "matrix product with a weight with Inductor's C++ matrix-product template, its "
+        "blockings benchmarked on this machine (up to twice the export time). The package "
+        "then holds its weights twice and takes no weights file; it can be faster on CPUs "
+        "without AVX-512",
     )
     p.add_argument(
         "--inductor-option",

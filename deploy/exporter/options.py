@@ -41,7 +41,7 @@ class Options:
     target: str = HOST_TARGET
     isa: str = "portable"
     max_batch: int = DEFAULT_MAX_BATCH
-    mode: str | None = None  # compile.MODES; None: default_mode(device, target, quantize)
+    mode: str | None = None  # compile.MODES; None: DEFAULT_MODE
     inductor_options: tuple[str, ...] = ()  # KEY=VALUE, parsed once the export has started
     c_shims: bool = True  # call the op library's C shims, not the ProxyExecutor
     cache: CacheOptions | None = None  # None: no cache
@@ -61,14 +61,13 @@ def tunable(device: str, target: str) -> bool:
     return device == "cpu" and target == HOST_TARGET
 
 
-def default_mode(device: str, target: str, quantize: str | None = None) -> str:
-    """max-autotune where it applies, but not under --quantize: every linear layer is then an
-    op of ours, which reads the weights as stored, so freezing has nothing to prepack (int8
-    packages of two real models measured level either way, docs/PERFORMANCE.md) and would only
-    cost the package its weights files."""
-    if quantize is not None or not tunable(device, target):
-        return NO_AUTOTUNE
-    return MAX_AUTOTUNE
+# The mode of a package exported without --mode. no-autotune holds each weight once and takes
+# weights files; max-autotune, where it applies, holds the weights twice (the originals beside
+# the prepacked copies Inductor's C++ GEMM template reads) and takes no weights file, and on a
+# Sapphire Rapids CPU (AVX-512) its packages measured no faster (docs/PERFORMANCE.md, "The
+# default holds each weight once"). Under --quantize every linear layer is an op of ours that
+# reads the weights as stored, so freezing would have nothing to prepack either.
+DEFAULT_MODE = NO_AUTOTUNE
 
 
 def flag(name: str) -> str:
@@ -136,6 +135,4 @@ def checked(opts: Options, spell: Callable[[str], str] = flag) -> Options:
         isinstance(opts.min_cosine, int | float) and 0 < opts.min_cosine <= 1
     ):
         raise refuse(f"{spell('min_cosine')} must be in (0, 1], got {opts.min_cosine!r}")
-    return dataclasses.replace(
-        opts, mode=opts.mode or default_mode(opts.device, opts.target, opts.quantize)
-    )
+    return dataclasses.replace(opts, mode=opts.mode or DEFAULT_MODE)

@@ -23,10 +23,11 @@ only, checks it against DIR/architecture.json and writes a weights file for
 DIR's package instead of a package (weights.py says what and why). A package
 whose weights are frozen into it (--mode max-autotune) takes none.
 
-Speed: --mode max-autotune, the default for CPU packages of this machine's
-architecture, freezes the weights into the package and compiles each matrix
-product with a weight with Inductor's C++ GEMM template, its blockings tuned
-on this machine (compile.py); --mode no-autotune compiles in about half the time.
+Speed: --mode no-autotune, the default, compiles with Inductor's defaults and
+holds each weight once. --mode max-autotune (CPU packages of this machine's
+architecture) freezes the weights into the package beside prepacked copies and
+compiles each matrix product with a weight with Inductor's C++ GEMM template,
+its blockings tuned on this machine (compile.py), in up to twice the time.
 
 Keys: --generate-key DIR writes DIR/signing_key.pem (private, mode 0600) and
 DIR/public_key.pem, or neither when one of them exists. --signing-key also
@@ -130,7 +131,9 @@ from .weights import (
     architecture,
     check_base_scheme,
     first_difference,
+    program_constants,
     read_base,
+    ties_of,
     write_architecture,
     write_weights,
 )
@@ -439,7 +442,7 @@ def _export_package(
     torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
     torch.save(expected, os.path.join(stage, "expected_output.pt"))
     calls = package_calls(ep, shims.calls)
-    write_architecture(stage, package, ep, frozen=frozen(options))
+    write_architecture(stage, package, ep, frozen=frozen(options), held=verified.constant_names)
     build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls, quantization)
 
 
@@ -459,7 +462,11 @@ def _export_weights(
     package, base_architecture, _ = base
     held: list[str] = []  # what the weights file holds, for the stage's line
     with _stage("weights", times, lambda: held[0]):
-        mine = architecture(ep)
+        # The base's tied constants, as far as this model ties them too (first_difference
+        # tells), and those its package does not hold (absent from older architecture files).
+        tied = ties_of(program_constants(ep), base_architecture.get("tied", {}))
+        unused = base_architecture.get("unused", [])
+        mine = architecture(ep, tied=tied, unused=unused)
         difference = first_difference(base_architecture, mine)
         if difference is not None:
             raise ExportError(
@@ -467,7 +474,7 @@ def _export_weights(
                 "a weights file carries new values only (export a new package instead)",
                 EXIT_NOT_BASE_ARCHITECTURE,
             )
-        write_weights(stage, ep, package, signing_key)
+        write_weights(stage, ep, package, signing_key, {*tied, *unused})
         sample = sample_inputs(spec, device)
         with torch.no_grad():
             expected = to_device(as_tuple(module(*sample)), "cpu")

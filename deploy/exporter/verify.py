@@ -48,6 +48,8 @@ class Verified:
     sample: tuple[Any, ...]  # batch 1's inputs
     outputs: tuple[Any, ...]  # the package's outputs for them; () when it did not run here
     note: str = ""  # for the verify stage's line: a quantized package's figures
+    # The package's constants by the names it loads them by; None when it was not loaded here.
+    constant_names: tuple[str, ...] | None = None
 
 
 # Besides the spec's max batch, which verify always adds.
@@ -148,4 +150,4 @@ def verify(
         if worst is None
         else f"against the float model: cosine {worst[0]:.7g}, largest difference {worst[1]:.3g}"
     )
-    return Verified(sample, outputs, note)
+    return Verified(sample, outputs, note, tuple(compiled.get_constant_fqns()))

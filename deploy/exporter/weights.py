@@ -10,6 +10,13 @@ constants' values:
   constants        each tensor the package holds as a constant (parameters,
                    buffers, tensor constants), by the name AOTInductor's
                    load_constants takes, with its dtype and shape;
+  tied             {name: held name} for each constant the program reaches by
+                   a second name (a tied embedding and output projection): the
+                   compile keeps such a tensor once, under one of its names,
+                   and a weights file holds it once, under that name;
+  unused           the program's constants the package does not hold at all
+                   (a buffer no operation reads): a weights file leaves them
+                   out;
   custom_objects   each custom-class object the program holds, by the name
                    AOTInductor's get_custom_objs() gives it: its class, and
                    its state (def_pickle's __getstate__), item by item: a
@@ -37,7 +44,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from .contract import load_contract
@@ -87,6 +94,40 @@ def program_constants(ep: Any) -> dict[str, Any]:
             raise ExportError(f"constant {fqn} of the program is a {type(value).__name__}")
         found[fqn] = value.detach()
     return dict(sorted(found.items()))
+
+
+def _same_tensor(a: Any, b: Any) -> bool:
+    return (
+        a.device == b.device
+        and a.dtype == b.dtype
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.data_ptr() == b.data_ptr()
+    )
+
+
+def tied_constants(constants: dict[str, Any], held: Collection[str]) -> dict[str, str]:
+    """{name: held name} for each of `constants` that the package does not hold by its own name
+    but as the same tensor under a name it does hold (`held`: the package's constant names)."""
+    tied = {}
+    for name, t in constants.items():
+        if name in held:
+            continue
+        same = [h for h in sorted(held) if h in constants and _same_tensor(constants[h], t)]
+        if len(same) == 1:
+            tied[name] = same[0]
+    return tied
+
+
+def ties_of(constants: dict[str, Any], tied: dict[str, str]) -> dict[str, str]:
+    """Those of a base's `tied` names that are one tensor with their held name in `constants`."""
+    return {
+        name: held
+        for name, held in tied.items()
+        if name in constants
+        and held in constants
+        and _same_tensor(constants[name], constants[held])
+    }
 
 
 def _custom_object_state(name: str, obj: Any) -> tuple[str, list[Any] | str]:
@@ -203,14 +244,22 @@ def graph_sha256(ep: Any) -> str:
     return h.hexdigest()
 
 
-def architecture(ep: Any, unconfirmed: str | None = None) -> dict[str, Any]:
+def architecture(
+    ep: Any,
+    unconfirmed: str | None = None,
+    tied: dict[str, str] | None = None,
+    unused: Collection[str] = (),
+) -> dict[str, Any]:
     """architecture.json's content for an ExportedProgram.
 
     unconfirmed: why the package's names for the custom objects are not known for sure, which
-    rules out a weights file for them.
+    rules out a weights file for them. tied: the constants the package holds under another of
+    their names (tied_constants); unused: those it does not hold; both left out of the list of
+    constants.
     """
     import torch
 
+    tied = tied or {}
     objects = []
     for name, (cls, items) in program_custom_objects(ep).items():
         if unconfirmed is not None:
@@ -228,20 +277,32 @@ def architecture(ep: Any, unconfirmed: str | None = None) -> dict[str, Any]:
         "format": ARCHITECTURE_FORMAT,
         "graph_sha256": graph_sha256(ep),
         "constants": [
-            {"name": name, **_tensor_spec(t, None)} for name, t in program_constants(ep).items()
+            {"name": name, **_tensor_spec(t, None)}
+            for name, t in program_constants(ep).items()
+            if name not in tied and name not in unused
         ],
+        "tied": dict(sorted(tied.items())),
+        "unused": sorted(unused),
         "custom_objects": objects,
     }
 
 
-def write_architecture(stage: str, package: str, ep: Any, *, frozen: bool) -> None:
+def write_architecture(
+    stage: str, package: str, ep: Any, *, frozen: bool, held: Collection[str] | None
+) -> None:
     """stage/architecture.json for the program `ep`, compiled into `package`.
 
     frozen: the compile folded the weights into the package (Inductor's freezing), which then
-    holds them prepacked under its own names, so that no weights file fits it."""
+    holds them prepacked under its own names, so that no weights file fits it. held: the names
+    of the package's constants as the loaded package gives them, None where it was not loaded
+    here (a cross target): then every constant of the program is listed, and a weights file for
+    a package that holds fewer (tied or unused ones) is refused by the loader."""
     unconfirmed = confirm_object_names(package, ep)
+    constants = program_constants(ep)
+    tied = tied_constants(constants, held) if held is not None else {}
+    unused = [] if held is None else [n for n in constants if n not in held and n not in tied]
     with open(os.path.join(stage, ARCHITECTURE_FILE), "w") as f:
-        json.dump(architecture(ep, unconfirmed) | {"frozen": frozen}, f, indent=1)
+        json.dump(architecture(ep, unconfirmed, tied, unused) | {"frozen": frozen}, f, indent=1)
         f.write("\n")
 
 
@@ -266,6 +327,12 @@ def _paired(
 
 def first_difference(base: dict[str, Any], new: dict[str, Any]) -> str | None:
     """The first way `new` (this model's architecture) differs from `base`, as a phrase; or None."""
+    # Absent from architecture files written before ties were recorded.
+    base_tied, new_tied = base.get("tied", {}), new.get("tied", {})
+    for name in sorted(base_tied.keys() ^ new_tied.keys()):
+        held = base_tied.get(name) or new_tied[name]
+        where = ("the base", "this model") if name in base_tied else ("this model", "the base")
+        return f"constants {name} and {held} are one tensor in {where[0]} (tied), two in {where[1]}"
     missing, constants = _paired("constant", base["constants"], new["constants"])
     if missing:
         return missing
@@ -340,10 +407,18 @@ def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any], dict[str, An
         # Checked here, before the model is exported: nothing it holds could change this.
         raise ExportError(
             f"--base {folder}: its package was compiled with its weights frozen into it (--mode "
-            "max-autotune, the CPU default, or --inductor-option freezing=True): a weights file "
-            "cannot update it; export the base with --mode no-autotune to update its weights",
+            "max-autotune or --inductor-option freezing=True): a weights file cannot update it; "
+            "export the base with --mode no-autotune (the default) to update its weights",
             EXIT_NOT_BASE_ARCHITECTURE,
         )
+    # Absent in packages exported before they were recorded, which listed every constant.
+    tied, unused = arch.get("tied", {}), arch.get("unused", [])
+    if not isinstance(tied, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in tied.items()
+    ):
+        raise ExportError(f"--base {folder}: {ARCHITECTURE_FILE}'s tied is not names to names")
+    if not isinstance(unused, list) or not all(isinstance(n, str) for n in unused):
+        raise ExportError(f"--base {folder}: {ARCHITECTURE_FILE}'s unused is not a list of names")
     return package, arch, quantization
 
 
@@ -380,10 +455,17 @@ def _tensor_bytes(t: Any) -> bytes:
     return flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
 
 
-def write_weights(stage: str, ep: Any, package: dict[str, str], signing_key: Any | None) -> None:
+def write_weights(
+    stage: str,
+    ep: Any,
+    package: dict[str, str],
+    signing_key: Any | None,
+    left_out: Collection[str] = (),
+) -> None:
     """stage/weights.bin, stage/weights.json and, with a key, stage/weights.sig.
 
-    weights.bin holds the constants in name order, then each custom object's state tensors.
+    weights.bin holds the constants in name order but those `left_out` (the package holds them
+    under another name, or not at all), then each custom object's state tensors.
     """
     import torch
 
@@ -405,7 +487,8 @@ def write_weights(stage: str, ep: Any, package: dict[str, str], signing_key: Any
     objects = []
     with open(os.path.join(stage, "weights.bin"), "wb") as f:
         for name, t in program_constants(ep).items():
-            constants.append({"name": name, **place(f, t, f"constant {name}")})
+            if name not in left_out:
+                constants.append({"name": name, **place(f, t, f"constant {name}")})
         for name, (cls, items) in program_custom_objects(ep).items():
             tensors = [
                 {"index": i, **place(f, v, f"custom object {name}, state item {i}")}

@@ -329,15 +329,15 @@ def test_export_refuses_a_base_whose_package_changed(default_package: Path, tmp_
 
 @pytest.fixture(scope="session")
 def tuned_package() -> Path:
-    """//deploy:tuned_package: the default model exported with the exporter's default mode."""
+    """//deploy:tuned_package: the default model exported with --mode max-autotune."""
     return package_folder("MY_OPS_TUNED_PACKAGE", "//deploy:tuned_package")
 
 
-def test_the_default_mode_freezes_the_weights(
+def test_max_autotune_freezes_the_weights_and_the_default_mode_does_not(
     loader_bin: str, tuned_package: Path, default_package: Path, tmp_path: Path
 ) -> None:
     """The tuned package runs, matching the default model's eager outputs, and records that its
-    weights are frozen; the --mode no-autotune package records that they are not."""
+    weights are frozen; the package of the exporter's defaults records that they are not."""
     assert json.loads((tuned_package / "architecture.json").read_text())["frozen"] is True
     assert json.loads((default_package / "architecture.json").read_text())["frozen"] is False
     proc = _run(loader_bin, tuned_package, None, tuned_package / "expected_output.pt", tmp_path)
@@ -411,17 +411,25 @@ def test_export_refuses_a_frozen_base(tuned_package: Path, tmp_path: Path) -> No
     assert sorted(os.listdir(tmp_path)) == ["tmp"]
 
 
-def test_export_refuses_a_base_whose_frozen_is_not_a_boolean(
-    default_package: Path, tmp_path: Path
+@pytest.mark.parametrize(
+    ("field", "value", "why"),
+    [
+        ("frozen", "no", "frozen is not true or false"),
+        ("tied", ["a"], "tied is not names to names"),
+        ("tied", {"a": 1}, "tied is not names to names"),
+        ("unused", "a", "unused is not a list of names"),
+        ("unused", [None], "unused is not a list of names"),
+    ],
+)
+def test_export_refuses_a_base_with_a_malformed_architecture_field(
+    default_package: Path, tmp_path: Path, field: str, value: object, why: str
 ) -> None:
     base = writable_copy(default_package, tmp_path / "base")
     arch = json.loads((base / "architecture.json").read_text())
-    (base / "architecture.json").write_text(json.dumps(arch | {"frozen": "no"}))
+    (base / "architecture.json").write_text(json.dumps(arch | {field: value}))
     proc, out = _export_weights("deploy.default_model:make_model", base, tmp_path)
     assert proc.returncode == 1, proc.stderr
-    assert error_lines(proc.stderr) == [
-        f"export: error: --base {base}: architecture.json's frozen is not true or false"
-    ]
+    assert error_lines(proc.stderr) == [f"export: error: --base {base}: architecture.json's {why}"]
     assert not out.exists()
 
 

@@ -284,6 +284,62 @@ def test_a_quantized_package_takes_a_weights_file_of_its_scheme(tmp_path: Path) 
     _check_against_eager_runner(compiled, retrained)
 
 
+class TiedLM(torch.nn.Module):
+    """An embedding and an output projection that share one weight, as LLaMA-family LLMs tie
+    theirs (SmolLM2's is 113 MB): the compiled package holds the tensor once, by one name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(64, WIDTH)
+        self.norm = my_ops.RMSNorm(WIDTH)
+        self.head = torch.nn.Linear(WIDTH, 64, bias=False)
+        self.head.weight = self.embed.weight
+        # Read by no operation, as transformers' rotary embeddings keep original_inv_freq: the
+        # package does not hold it.
+        self.register_buffer("unread", torch.zeros(3), persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(self.embed(ids)))
+
+
+def _tied_lm(seed: int) -> TiedLM:
+    torch.manual_seed(seed)
+    return TiedLM().eval()
+
+
+def _export_tied(model: TiedLM, ids: tuple, out: Path, **kwargs) -> Exported:
+    return export(model, ids, out, dynamic_shapes=_batch(4), max_batch=4, cache=False, **kwargs)
+
+
+def test_a_package_with_tied_weights_takes_a_weights_file(tmp_path: Path) -> None:
+    """The weights file holds the tied tensor once, by the name the package holds it by, and
+    leaves out the buffer the package does not hold: a file with a name the package lacks is
+    refused by the loader."""
+    ids = (torch.randint(0, 64, (2, 5)),)
+    base = _export_tied(_tied_lm(0), ids, tmp_path / "base")
+    _export_tied(_tied_lm(1), ids, tmp_path / "weights", base=base.out)
+    constants = _weights_file(tmp_path / "weights")
+    compiled = torch._inductor.aoti_load_package(str(base.package))
+    assert sorted(constants) == sorted(compiled.get_constant_fqns())
+    (tied,) = (c for c in constants.values() if c.shape == (64, WIDTH))
+    assert torch.equal(tied, _tied_lm(1).embed.weight.detach())
+    # The base package, its constants replaced by the file's, computes the new model.
+    compiled.load_constants(constants, check_full_update=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*ids), _tied_lm(1)(*ids), atol=1e-4, rtol=1e-4)
+
+
+def test_a_model_that_unties_the_bases_tied_weights_is_refused(tmp_path: Path) -> None:
+    ids = (torch.randint(0, 64, (2, 5)),)
+    base = _export_tied(_tied_lm(0), ids, tmp_path / "base")
+    untied = _tied_lm(1)
+    untied.head.weight = torch.nn.Parameter(untied.embed.weight.detach().clone())
+    with pytest.raises(ExportError, match="one tensor in the base") as caught:
+        _export_tied(untied, ids, tmp_path / "weights", base=base.out)
+    assert caught.value.code == EXIT_CODES["not_base_architecture"]
+    assert not (tmp_path / "weights").exists()
+
+
 def _quantized_weight(model: Block) -> torch.Tensor:
     quantize_linear_layers(model, "int8")
     return model.linear.weight
