@@ -126,12 +126,13 @@ from .profile import print_profile
 from .program_calls import package_calls
 from .signing import load_signing_key
 from .target import Build, build_for
-from .verify import Accuracy, agreement, sample_inputs
+from .verify import Accuracy, agreement, package_outputs, sample_inputs
 from .weights import (
     architecture,
     check_base_scheme,
     first_difference,
     program_constants,
+    program_custom_objects,
     read_base,
     ties_of,
     write_architecture,
@@ -218,7 +219,9 @@ def run(
             )
         ep = _exported_program(module, example, spec.dynamic_shapes, times)
         if base is not None:
-            _export_weights(spec, module, ep, base, stage, opts.device, signing_key, times)
+            _export_weights(
+                spec, module, ep, base, opts.base, stage, opts.device, signing_key, times, accuracy
+            )
         else:
             assert build is not None
             _export_package(
@@ -451,12 +454,15 @@ def _export_weights(
     module: Any,
     ep: Any,
     base: Base,
+    base_folder: str,
     stage: str,
     device: str,
     signing_key: Any,
     times: dict[str, float],
+    accuracy: Accuracy | None,
 ) -> None:
-    """--weights-only: the weights file, and a sample with this model's eager outputs."""
+    """--weights-only: the weights file, and a sample with this model's outputs: in eager, or
+    for a quantized package (`accuracy`) the base package's own with the new weights."""
     import torch
 
     package, base_architecture, _ = base
@@ -474,15 +480,25 @@ def _export_weights(
                 "a weights file carries new values only (export a new package instead)",
                 EXIT_NOT_BASE_ARCHITECTURE,
             )
-        write_weights(stage, ep, package, signing_key, {*tied, *unused})
+        left_out = {*tied, *unused}
+        write_weights(stage, ep, package, signing_key, left_out)
         sample = sample_inputs(spec, device)
-        with torch.no_grad():
-            expected = to_device(as_tuple(module(*sample)), "cpu")
+        figures = ""
+        # The package's constants are tensors only: with custom objects' state it would run
+        # with the base's, so such a model's file keeps the eager outputs.
+        if accuracy is not None and not program_custom_objects(ep):
+            constants = {n: t for n, t in program_constants(ep).items() if n not in left_out}
+            package_path = os.path.join(base_folder, package["file"])
+            outputs, figures = package_outputs(package_path, constants, sample, accuracy)
+            expected = to_device(outputs, "cpu")
+        else:
+            with torch.no_grad():
+                expected = to_device(as_tuple(module(*sample)), "cpu")
         torch.save(to_device(sample, "cpu"), os.path.join(stage, "sample_input.pt"))
         torch.save(expected, os.path.join(stage, "expected_output.pt"))
         held.append(
             f"{len(mine['constants'])} constants and {len(mine['custom_objects'])} custom "
-            f"objects for package {package['sha256'][:16]}..."
+            f"objects for package {package['sha256'][:16]}..." + (f", {figures}" if figures else "")
         )
 
 

@@ -78,6 +78,44 @@ def sample_inputs(spec: Any, device: str) -> tuple[Any, ...]:
     return to_device(_batch_inputs(spec, 1), device)
 
 
+def _gate(got: tuple[Any, ...], want: tuple[Any, ...], accuracy: Accuracy, what: str):
+    """(cosine, largest difference) of `got` against the float model's `want`, or ExportError
+    when the cosine is below the gate."""
+    cosine, largest = agreement(got, want)
+    if not cosine >= accuracy.min_cosine:
+        raise ExportError(
+            f"{what}'s cosine against the float model is {cosine:.7g} (largest difference "
+            f"{largest:.3g}), below {accuracy.min_cosine}; {accuracy.refusal}",
+            accuracy.exit_code,
+        )
+    return cosine, largest
+
+
+def package_outputs(
+    package: str,
+    constants: dict[str, Any],
+    sample: tuple[Any, ...],
+    accuracy: Accuracy,
+) -> tuple[tuple[Any, ...], str]:
+    """A quantized package's outputs for `sample` with its constants replaced by `constants`
+    (every one it holds), gated against the float model as an export is; and the figures.
+
+    A weights file's expected outputs for a quantized package are these, which the package
+    reproduces, rather than the quantized model's in eager (see Accuracy)."""
+    import torch
+
+    try:
+        compiled = torch._inductor.aoti_load_package(package)
+        compiled.load_constants(constants, check_full_update=True)
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"cannot load {package} with the new weights: {first_line(e)}") from e
+    with torch.no_grad():
+        got = as_tuple(compiled(*sample))
+        want = as_tuple(accuracy.float_module(*sample))
+    cosine, largest = _gate(got, want, accuracy, "the base package with these weights")
+    return got, f"against the float model: cosine {cosine:.7g}, largest difference {largest:.3g}"
+
+
 def verify(
     spec: Any,
     module: Any,
@@ -132,14 +170,7 @@ def verify(
                     f"{tuple(w.shape)}, max abs diff {diff:.3g})"
                 )
         if accuracy is not None:
-            cosine, largest = agreement(got, want)
-            if not cosine >= accuracy.min_cosine:
-                raise ExportError(
-                    f"batch {batch}: the quantized package's cosine against the float model is "
-                    f"{cosine:.7g} (largest difference {largest:.3g}), below "
-                    f"{accuracy.min_cosine}; {accuracy.refusal}",
-                    accuracy.exit_code,
-                )
+            cosine, largest = _gate(got, want, accuracy, f"batch {batch}: the quantized package")
             if worst is None or cosine < worst[0]:
                 worst = (cosine, largest)
         if batch == 1:

@@ -367,7 +367,11 @@ def test_a_quantized_package_takes_signed_weights_of_its_scheme(
     tmp_path: Path,
 ) -> None:
     """--quantize's default mode leaves the weights updatable: every linear layer is an op of
-    ours, which reads the int8 weights as they are, so there is nothing for freezing to prepack."""
+    ours, which reads the int8 weights as they are, so there is nothing for freezing to prepack.
+    The file's expected outputs are the package's own with its weights, which the loader
+    reproduces to the bit; the quantized model's in eager can differ by a quantization step
+    wherever compiled float math moves an activation across a rounding boundary (SmolLM2's
+    logits by 1.8)."""
     manifest = json.loads((int8_package / "manifest.json").read_text())
     assert manifest["quantization"]["scheme"] == "int8"
     assert json.loads((int8_package / "architecture.json").read_text())["frozen"] is False
@@ -376,7 +380,7 @@ def test_a_quantized_package_takes_signed_weights_of_its_scheme(
     assert dtypes["down.weight"] == "Char" and dtypes["down.weight_scale"] == "Float", dtypes
     expect = int8_retrained_weights / "expected_output.pt"
     key = ("--public-key", str(signing_keys / "public_key.pem"))
-    proc = _run(loader_bin, int8_package, int8_retrained_weights, expect, tmp_path, *key)
+    proc = _run(loader_bin, int8_package, int8_retrained_weights, expect, tmp_path, *key, "--exact")
     assert proc.returncode == 0, proc.stderr
     assert "outputs match" in proc.stdout
     # The package's own weights do not give the retrained model's outputs.

@@ -340,6 +340,44 @@ def test_a_model_that_unties_the_bases_tied_weights_is_refused(tmp_path: Path) -
     assert not (tmp_path / "weights").exists()
 
 
+class DeepBlock(torch.nn.Module):
+    """Linear layers between layer norms, which Inductor compiles to code of its own: its float
+    math differs from ATen's in the last bits, which the next layer's activation quantization
+    can turn into a whole quantization step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(WIDTH, WIDTH) for _ in range(6))
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(WIDTH) for _ in range(6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for linear, norm in zip(self.layers, self.norms, strict=True):
+            x = norm(x + linear(x))
+        return x
+
+
+def _deep_block(seed: int) -> DeepBlock:
+    torch.manual_seed(seed)
+    return DeepBlock().eval()
+
+
+def test_a_quantized_weights_file_expects_the_packages_own_outputs(tmp_path: Path) -> None:
+    """What the loader's --expect compares with: the base package's outputs with the file's
+    weights, which it reproduces to the bit, not the quantized model's in eager."""
+    x = (torch.randn(4, WIDTH),)
+    base = export(_deep_block(0), x, tmp_path / "base", dynamic_shapes=_batch(4), max_batch=4,
+                  cache=False, quantize="int8")  # fmt: skip
+    export(_deep_block(1), x, tmp_path / "weights", dynamic_shapes=_batch(4), max_batch=4,
+           cache=False, quantize="int8", base=base.out)  # fmt: skip
+    compiled = torch._inductor.aoti_load_package(str(base.package))
+    compiled.load_constants(_weights_file(tmp_path / "weights"), check_full_update=True)
+    sample = torch.load(tmp_path / "weights" / "sample_input.pt")
+    (expected,) = torch.load(tmp_path / "weights" / "expected_output.pt")
+    with torch.no_grad():
+        got = compiled(*sample)
+    assert torch.equal(got[0] if isinstance(got, (list, tuple)) else got, expected)
+
+
 def _quantized_weight(model: Block) -> torch.Tensor:
     quantize_linear_layers(model, "int8")
     return model.linear.weight
