@@ -128,13 +128,12 @@ from .signing import load_signing_key
 from .target import Build, build_for
 from .verify import Accuracy, agreement, package_outputs, sample_inputs
 from .weights import (
-    architecture,
     check_base_scheme,
     first_difference,
     program_constants,
     program_custom_objects,
     read_base,
-    ties_of,
+    weights_architecture,
     write_architecture,
     write_weights,
 )
@@ -468,11 +467,7 @@ def _export_weights(
     package, base_architecture, _ = base
     held: list[str] = []  # what the weights file holds, for the stage's line
     with _stage("weights", times, lambda: held[0]):
-        # The base's tied constants, as far as this model ties them too (first_difference
-        # tells), and those its package does not hold (absent from older architecture files).
-        tied = ties_of(program_constants(ep), base_architecture.get("tied", {}))
-        unused = base_architecture.get("unused", [])
-        mine = architecture(ep, tied=tied, unused=unused)
+        mine, left_out = weights_architecture(ep, base_architecture)
         difference = first_difference(base_architecture, mine)
         if difference is not None:
             raise ExportError(
@@ -480,7 +475,6 @@ def _export_weights(
                 "a weights file carries new values only (export a new package instead)",
                 EXIT_NOT_BASE_ARCHITECTURE,
             )
-        left_out = {*tied, *unused}
         write_weights(stage, ep, package, signing_key, left_out)
         sample = sample_inputs(spec, device)
         figures = ""

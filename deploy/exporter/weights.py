@@ -119,7 +119,7 @@ def tied_constants(constants: dict[str, Any], held: Collection[str]) -> dict[str
     return tied
 
 
-def ties_of(constants: dict[str, Any], tied: dict[str, str]) -> dict[str, str]:
+def _ties_of(constants: dict[str, Any], tied: dict[str, str]) -> dict[str, str]:
     """Those of a base's `tied` names that are one tensor with their held name in `constants`."""
     return {
         name: held
@@ -285,6 +285,16 @@ def architecture(
         "unused": sorted(unused),
         "custom_objects": objects,
     }
+
+
+def weights_architecture(ep: Any, base: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    """This model's architecture, to compare with the `base` architecture's (first_difference),
+    and the program constants a weights file for the base's package leaves out: the base's tied
+    constants, as far as this model ties them too (first_difference tells where it does not),
+    and those the base's package does not hold (both absent from older architecture files)."""
+    tied = _ties_of(program_constants(ep), base.get("tied", {}))
+    unused = base.get("unused", [])
+    return architecture(ep, tied=tied, unused=unused), {*tied, *unused}
 
 
 def write_architecture(
