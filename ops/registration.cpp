@@ -41,6 +41,7 @@ constexpr const char* kOpSchemas[] = {
     "rotary_embedding_out(Tensor x, Tensor cos, Tensor sin, bool interleaved=False, *, Tensor(a!) out) -> Tensor(a!)",
     "linear_int8(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None) -> Tensor",
     "linear_int4(Tensor x, Tensor weight, Tensor weight_scale, int group_size=32, Tensor? bias=None) -> Tensor",
+    "linear_packed(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor",
 };
 // clang-format on
 

@@ -4,7 +4,9 @@ For each model of real_models.py (a BERT sentence encoder and a LLaMA-family LLM
 packages) and each sequence length, at batch 1 with static shapes:
 
 1. Exports, through the exporter with its default flags: the model patched with our ops
-   (``ours``) and the original (``inductor``, Inductor's own code for the same model); the
+   (``ours``: its float linear layers ``my_ops.linear_packed``, the exporter's default) and the
+   original with ``--float-linear inductor`` (``inductor``, Inductor's own code for the same
+   model); the
    original to ONNX (``torch.onnx.export(dynamo=True)``); and the original to ExecuTorch
    (``torch.export``, then ``to_edge_transform_and_lower`` with the XNNPACK partitioner: fp32,
    the ops XNNPACK supports delegated to it). Exports are cached: the packages in the
@@ -129,7 +131,8 @@ def export_packages(
     quantize: str | None = None,
 ) -> dict:
     """Exports ours and Inductor's package of every case, with the exporter's `options` added
-    (and ``--quantize`` to ours); returns {(case, variant): folder}."""
+    (and ``--quantize`` to ours, ``--float-linear inductor`` to Inductor's unless `options` say
+    otherwise); returns {(case, variant): folder}."""
     folders = {}
     for case in cases:
         for variant in real_models.VARIANTS:
@@ -137,6 +140,9 @@ def export_packages(
             variant_options = list(options)
             if quantize and variant == "ours":
                 variant_options += ["--quantize", quantize]
+            if variant == "inductor" and not any(o.startswith("--float-linear") for o in options):
+                # Inductor's own products: the row ours is measured against.
+                variant_options += ["--float-linear", "inductor"]
             # One folder per set of options, so that packages of another setting stay apart.
             setting = (
                 hashlib.sha256("\0".join(variant_options).encode()).hexdigest()[:12]

@@ -32,6 +32,7 @@ from .options import (
     DEFAULT_MAX_BATCH,
     DEFAULT_MIN_COSINE,
     DEVICES,
+    FLOAT_LINEARS,
     ISAS,
     QUANTIZE_SCHEMES,
     CacheOptions,
@@ -232,6 +233,15 @@ def argument_parser() -> argparse.ArgumentParser:
         f"{EXIT_ACCURACY} and writes nothing. Default: the model as it is",
     )
     p.add_argument(
+        "--float-linear",
+        choices=FLOAT_LINEARS,
+        help="how the float nn.Linear layers run (those --quantize leaves float included): "
+        "packed (my_ops.linear_packed on the weight packed once at export; a layer whose "
+        "out_features is not a multiple of 32, or whose weight another module shares, stays "
+        "as it is) or inductor (Inductor's own product). Default: packed for --device cpu, "
+        "inductor for cuda",
+    )
+    p.add_argument(
         "--quantize-skip",
         action="append",
         default=[],
@@ -299,6 +309,7 @@ def parse_args(argv: Sequence[str] | None) -> Options | KeyCommand:
         base=user_path(args.base),
         quantize=args.quantize,
         quantize_skip=tuple(args.quantize_skip),
+        float_linear=args.float_linear,
         min_cosine=args.min_cosine,
     )
     try:

@@ -19,6 +19,14 @@ DEFAULT_MAX_BATCH = 16
 # --quantize: every nn.Linear becomes my_ops.linear_int8 or my_ops.linear_int4 (my_ops.quantize).
 QUANTIZE_SCHEMES = ("int8", "int4")
 DEFAULT_QUANTIZE_GROUP_SIZE = 32
+# --float-linear: how a float nn.Linear is computed. "packed": my_ops.linear_packed on its weight
+# packed once at export (my_ops.pack); "inductor": Inductor's own product (ATen's, or its C++
+# GEMM template under --mode max-autotune).
+FLOAT_LINEARS = ("packed", "inductor")
+# The default per device: on a CPU the packed op measured faster than Inductor's product at every
+# shape of the bench's models (docs/PERFORMANCE.md, "Float linear layers on packed weights"); on a
+# GPU cuBLAS stays.
+DEFAULT_FLOAT_LINEAR = {"cpu": "packed", "cuda": "inductor"}
 # The quantized model's outputs against the float model's on the example inputs, as one
 # cosine: below this the export is refused. Per-channel int8 keeps about 0.999 and int4 in
 # groups of 32 about 0.998 on an LLM's logits; 0.99 catches a layer the scheme breaks.
@@ -53,6 +61,7 @@ class Options:
     quantize_skip: tuple[str, ...] = ()  # fnmatch patterns of Linear layers left float
     quantize_group_size: int = DEFAULT_QUANTIZE_GROUP_SIZE  # int4's
     min_cosine: float | None = None  # None: DEFAULT_MIN_COSINE, with quantize
+    float_linear: str | None = None  # FLOAT_LINEARS; None: DEFAULT_FLOAT_LINEAR[device]
 
 
 def tunable(device: str, target: str) -> bool:
@@ -76,8 +85,8 @@ def flag(name: str) -> str:
 
 
 def checked(opts: Options, spell: Callable[[str], str] = flag) -> Options:
-    """`opts` with its mode resolved, or ExportError (exit 2) naming the first setting that is
-    out of range or contradicts another, as `spell` writes its name."""
+    """`opts` with its mode and float linear resolved, or ExportError (exit 2) naming the
+    first setting that is out of range or contradicts another, as `spell` writes its name."""
 
     def refuse(message: str) -> ExportError:
         return ExportError(message, EXIT_USAGE)
@@ -88,6 +97,7 @@ def checked(opts: Options, spell: Callable[[str], str] = flag) -> Options:
         ("isa", opts.isa, ISAS),
         ("mode", opts.mode, (None, *MODES)),
         ("quantize", opts.quantize, (None, *QUANTIZE_SCHEMES)),
+        ("float_linear", opts.float_linear, (None, *FLOAT_LINEARS)),
     ):
         if value not in allowed:
             choices = ", ".join(repr(a) for a in allowed if a is not None)
@@ -135,4 +145,8 @@ def checked(opts: Options, spell: Callable[[str], str] = flag) -> Options:
         isinstance(opts.min_cosine, int | float) and 0 < opts.min_cosine <= 1
     ):
         raise refuse(f"{spell('min_cosine')} must be in (0, 1], got {opts.min_cosine!r}")
-    return dataclasses.replace(opts, mode=opts.mode or DEFAULT_MODE)
+    return dataclasses.replace(
+        opts,
+        mode=opts.mode or DEFAULT_MODE,
+        float_linear=opts.float_linear or DEFAULT_FLOAT_LINEAR[opts.device],
+    )

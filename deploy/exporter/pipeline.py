@@ -216,6 +216,10 @@ def run(
                 f"nothing was written (leave sensitive layers float with {spell('quantize_skip')})",
                 EXIT_ACCURACY,
             )
+        if opts.float_linear == "packed":
+            module, quantization = _packed(module, example, quantization, times)
+        else:
+            quantization = (quantization or {"scheme": "none"}) | {"float_linear": "inductor"}
         ep = _exported_program(module, example, spec.dynamic_shapes, times)
         if base is not None:
             _export_weights(
@@ -301,6 +305,58 @@ def _quantized(
         name for name, m in quantized.named_modules() if isinstance(m, torch.nn.Linear)
     )
     return quantized, record
+
+
+def _packed(
+    module: Any,
+    example: tuple[Any, ...],
+    quantization: dict[str, Any] | None,
+    times: dict[str, float],
+) -> tuple[Any, dict[str, Any]]:
+    """A copy of `module` whose float Linear layers are my_ops.linear_packed (my_ops.pack; the
+    model itself, or the quantized copy, is left as it is), and the record of its linear
+    layers with "float_linear" and "packed_layers" added. Packing reorders float32 sums and
+    nothing else: a copy whose outputs on the example inputs differ by more is a bug, refused."""
+    import copy
+
+    import torch
+
+    from my_ops.pack import pack_linear_layers, packable
+
+    record = dict(quantization or {"scheme": "none"}) | {"float_linear": "packed"}
+    names, left = packable(module)
+    if not names:
+        return module, record | {"packed_layers": 0}
+    note: list[str] = []
+    with _stage("pack", times, lambda: note[0]):
+        with torch.no_grad():
+            want = as_tuple(module(*example))
+        packed = copy.deepcopy(module)
+        pack_linear_layers(packed)
+        with torch.no_grad():
+            got = as_tuple(packed(*example))
+        cosine, largest = agreement(got, want)
+        kept = f", {len(left)} left as they are ({_why_left(left)})" if left else ""
+        note.append(
+            f"{len(names)} float linear layers packed{kept}; against the model on the example "
+            f"inputs: largest difference {largest:.3g}"
+        )
+        if not cosine >= _PACKED_MIN_COSINE:
+            raise ExportError(
+                f"packing the linear layers changed the model's outputs (cosine {cosine:.7g}); "
+                "export with --float-linear inductor and report this"
+            )
+    return packed, record | {"packed_layers": len(names)}
+
+
+# Packed layers compute what nn.Linear does in float32, in another order of the sums.
+_PACKED_MIN_COSINE = 0.99999
+
+
+def _why_left(left: dict[str, str]) -> str:
+    first, why = next(iter(left.items()))
+    more = f" and {len(left) - 1} more" if len(left) > 1 else ""
+    return f"{first}: {why}{more}"
 
 
 @dataclasses.dataclass

@@ -50,6 +50,7 @@ from typing import Any
 from .contract import load_contract
 from .errors import EXIT_NOT_BASE_ARCHITECTURE, ExportError, first_line
 from .manifest import described_package
+from .options import FLOAT_LINEARS
 from .program_calls import CUSTOM_CLASS_PREFIX
 
 ARCHITECTURE_FILE = "architecture.json"
@@ -394,6 +395,11 @@ def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any], dict[str, An
     quantization = json.loads(manifest_bytes).get("quantization", {"scheme": "none"})
     if not isinstance(quantization, dict) or not isinstance(quantization.get("scheme"), str):
         raise ExportError(f"--base {folder}: manifest.json's quantization is not a scheme's record")
+    if quantization.get("float_linear", "inductor") not in FLOAT_LINEARS:
+        raise ExportError(
+            f"--base {folder}: manifest.json's quantization.float_linear is not one of "
+            f"{', '.join(FLOAT_LINEARS)}"
+        )
     arch_path = os.path.join(folder, ARCHITECTURE_FILE)
     try:
         with open(arch_path, "rb") as f:
@@ -439,8 +445,18 @@ def check_base_scheme(record: dict[str, Any], opts: Any, spell: Callable[[str], 
     scheme = record["scheme"]
     mine = opts.quantize or "none"
     same_groups = scheme != "int4" or record.get("group_size") == opts.quantize_group_size
+    # Packages exported before --float-linear ran Inductor's product.
+    float_linear = record.get("float_linear", "inductor")
     if scheme == mine and same_groups:
-        return
+        if float_linear == opts.float_linear:
+            return
+        raise ExportError(
+            f"{spell('base')} {opts.base}: its package's float linear layers are "
+            f"{spell('float_linear')} {float_linear}, this export's {opts.float_linear}: a "
+            "weights file holds the weights as its base's package does; export the weights "
+            f"with {spell('float_linear')} {float_linear}",
+            EXIT_NOT_BASE_ARCHITECTURE,
+        )
 
     def described(name: str, group_size: Any) -> str:
         if name == "none":

@@ -22,6 +22,7 @@ from my_ops.ops._spec import (
     Choice,
     LastDimVector,
     OptionalBias,
+    PackedWeight,
     QuantizedWeight,
     WeightScale,
 )
@@ -52,10 +53,10 @@ class Call:
         return f"{self.spec.name}({shown})"
 
 
-# The roles of a model's weights: per-feature vectors and a quantized layer's weight, scales
-# and bias. Every other tensor (the primary, those shaped like it or after it) is an input,
+# The roles of a model's weights: per-feature vectors and a quantized or packed layer's weight,
+# scales and bias. Every other tensor (the primary, those shaped like it or after it) is an input,
 # shaped from the batch.
-_WEIGHT_ROLES = (LastDimVector, QuantizedWeight, WeightScale, OptionalBias)
+_WEIGHT_ROLES = (LastDimVector, QuantizedWeight, PackedWeight, WeightScale, OptionalBias)
 
 # A quantized layer's output channels: odd, so vector tails run too.
 OUT_FEATURES = 7
@@ -75,11 +76,13 @@ def _weight(role, x_shape: tuple[int, ...], made: dict, offset: float) -> torch.
         if role.bits == 8:
             return (values * 40).round().to(torch.int8)
         return ((values + 3) * 42).round().clamp(0, 255).to(torch.uint8)
+    if isinstance(role, PackedWeight):
+        return _det(role.shape_of(x_shape, 1), offset)
     if isinstance(role, WeightScale):
         group_size = made[role.group_size] if role.group_size else None
         shape = role.shape_of(x_shape, made[role.weight].shape[0], group_size)
         return _det(shape, offset).abs() * 0.01 + 1e-3
-    return _vector(made[role.weight].shape[0], offset)
+    return _vector(role.out_features(made[role.weight]), offset)
 
 
 def _calls() -> list[Call]:

@@ -30,6 +30,7 @@ from conftest import (
 )
 
 from deploy import default_model
+from my_ops.pack import pack_linear_layers
 
 
 def _sha256(path: Path) -> str:
@@ -355,6 +356,8 @@ def _graph_calls() -> tuple[list[dict], list[dict]]:
     with the methods the graph calls on it.
     """
     spec = default_model.make_model(max_batch=MAX_BATCH)
+    # As a CPU export compiles it by default (--float-linear packed).
+    pack_linear_layers(spec.module)
     with torch.no_grad():
         program = torch.export.export(
             spec.module.eval(),
@@ -411,7 +414,9 @@ def test_manifest_names_what_the_package_calls(exported: Path) -> None:
     assert any(op["name"].endswith("_out") for op in called)
     assert manifest["classes"] == classes
     # What the default model is made of (see its docstring): the graph walk found something.
-    assert {"my_ops::fused_bias_gelu", "my_ops::silu_and_mul"} <= {op["name"] for op in ops}
+    assert {"my_ops::fused_bias_gelu", "my_ops::silu_and_mul", "my_ops::linear_packed"} <= {
+        op["name"] for op in ops
+    }
     assert [c["name"] for c in classes] == ["my_ops::RMSNorm"]
 
 

@@ -199,7 +199,7 @@ def _drop_object_tensor(m: dict) -> None:
         (_rename, "it lacks the package's constant stem.weight"),
         (
             _reshape,
-            "constant gate_up.weight is Float [128, 128] in the weights file, Float [256, 64]",
+            "constant gate_up.weight is Float [128, 128] in the weights file, Float [8, 64, 32]",
         ),
         (_retype, "constant qkv.bias is Int [192] in the weights file, Float [192]"),
         (_drop_object, "it lacks the package's custom object _torchbind_obj0"),
@@ -248,7 +248,7 @@ def _export_weights(model: str, base: Path, tmp_path: Path, *extra: str):
         ),
         (
             "other_architectures:reshaped",
-            "constant down.weight is Float [64, 96] here, Float [64, 128]",
+            "constant down.weight is Float [2, 96, 32] here, Float [2, 128, 32]",
         ),
         (
             "other_architectures:retyped",

@@ -21,7 +21,7 @@ Sizes output_sizes(TensorRef x, int64_t out_features) {
 // Everything but the products: the argument checks are done. `multiply(q, tiles, params, out,
 // bias, n_begin, n_end)` runs one of the cpu_vec products over a range of output channels.
 template <class Multiply>
-OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const QuantizedLinearShape& shape,
+OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const LinearShape& shape,
                              const Multiply& multiply) {
   OwnedTensor out = empty_like_with_sizes(x, output_sizes(x, shape.out_features));
   if (out.ref().numel() == 0) return out;
@@ -70,7 +70,7 @@ OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const QuantizedLinearS
 namespace cpu {
 
 OwnedTensor linear_int8(TensorRef x, TensorRef weight, TensorRef weight_scale, TensorRef bias) {
-  const QuantizedLinearShape shape = check_linear_int8_args(x, weight, weight_scale, bias);
+  const LinearShape shape = check_linear_int8_args(x, weight, weight_scale, bias);
   const ContiguousAs w(weight);
   const ContiguousAs scales(weight_scale);
   const float* scale_data = scales.ref().data_as<float>();
@@ -87,8 +87,7 @@ OwnedTensor linear_int8(TensorRef x, TensorRef weight, TensorRef weight_scale, T
 
 OwnedTensor linear_int4(TensorRef x, TensorRef weight, TensorRef weight_scale, int64_t group_size,
                         TensorRef bias) {
-  const QuantizedLinearShape shape =
-      check_linear_int4_args(x, weight, weight_scale, group_size, bias);
+  const LinearShape shape = check_linear_int4_args(x, weight, weight_scale, group_size, bias);
   const ContiguousAs w(weight);
   const ContiguousAs scales(weight_scale);
   const float* scale_data = scales.ref().data_as<float>();

@@ -15,6 +15,8 @@
 #include <unistd.h>
 #endif
 
+#include "ops/common/x86_features.h"
+
 namespace my_ops::cpu_vec {
 namespace {
 
@@ -52,27 +54,6 @@ inline float int8_output(const QuantizedRow& p, int32_t q_dot_w, int64_t w_sum, 
 // by 64 signed weight bytes and adds each four adjacent products into 16 int32 lanes, exactly.
 // Compiled for that ISA alone (the rest of the library stays at x86-64-v3) and picked at run time.
 #define MY_OPS_VNNI __attribute__((target("avx512f,avx512bw,avx512vnni")))
-
-// From CPUID and XCR0 directly: __builtin_cpu_supports would tie the library to libgcc's CPU
-// model data.
-bool has_vnni() {
-  static const bool has = [] {
-    unsigned eax, ebx, ecx, edx;
-    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
-    const bool avx512f = (ebx >> 16) & 1;
-    const bool avx512bw = (ebx >> 30) & 1;
-    const bool avx512vl = (ebx >> 31) & 1;
-    const bool vnni = (ecx >> 11) & 1;
-    if (!(avx512f && avx512bw && avx512vl && vnni)) return false;
-    // The OS must save the AVX-512 registers: OSXSAVE, then XCR0's SSE, AVX, opmask and ZMM bits.
-    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || ((ecx >> 27) & 1) == 0) return false;
-    unsigned xcr0_low, xcr0_high;
-    __asm__("xgetbv" : "=a"(xcr0_low), "=d"(xcr0_high) : "c"(0));
-    (void)xcr0_high;
-    return (xcr0_low & 0xE6) == 0xE6;
-  }();
-  return has;
-}
 
 // The bytes [i, k) of a 64-byte step, as a load mask.
 MY_OPS_VNNI inline __mmask64 step_mask(int64_t remaining) {
@@ -514,7 +495,7 @@ inline constexpr int64_t kAmxChannels = 16;  // channels per weight tile
 
 bool has_amx() {
   static const bool has = [] {
-    if (!has_vnni()) return false;  // the epilogue is AVX-512
+    if (!has_avx512_vnni()) return false;  // the epilogue is AVX-512
     unsigned eax, ebx, ecx, edx;
     if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
     const bool amx_tile = (edx >> 24) & 1;
@@ -817,7 +798,7 @@ MY_OPS_VNNI QuantizedRow quantize_row_avx512(const float* row, int64_t k, uint8_
 void quantize_rows(const float* x, int64_t k, int64_t begin, int64_t end, uint8_t* q,
                    QuantizedRow* params) {
 #if defined(__x86_64__)
-  if (has_vnni()) {
+  if (has_avx512_vnni()) {
     for (int64_t r = begin; r < end; ++r) params[r] = quantize_row_avx512(x + r * k, k, q + r * k);
     return;
   }
@@ -851,7 +832,7 @@ void quantize_rows(const float* x, int64_t k, int64_t begin, int64_t end, uint8_
 
 std::vector<uint8_t> tile_rows(const uint8_t* q, int64_t rows, int64_t k) {
 #if defined(__x86_64__)
-  if (has_vnni() && rows >= kMinTileRows && k % 4 == 0) return tiles_of(q, rows, k);
+  if (has_avx512_vnni() && rows >= kMinTileRows && k % 4 == 0) return tiles_of(q, rows, k);
 #endif
   (void)q, (void)rows, (void)k;
   return {};
@@ -866,7 +847,7 @@ void linear_int8(const uint8_t* q, const uint8_t* tiles, const QuantizedRow* par
                       n_end);
     return;
   }
-  if (has_vnni()) {
+  if (has_avx512_vnni()) {
     linear_int8_vnni(q, params, rows, k, weight, weight_scale, bias, out, n_total, n_begin, n_end);
     return;
   }
@@ -895,7 +876,7 @@ void linear_int4(const uint8_t* q, const uint8_t* tiles, const QuantizedRow* par
                       n_begin, n_end);
     return;
   }
-  if (has_vnni()) {
+  if (has_avx512_vnni()) {
     linear_int4_vnni(q, params, rows, k, weight, weight_scale, group_size, bias, out, n_total,
                      n_begin, n_end);
     return;

@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(kThreads)
 // Everything but the products, as the CPU kernels' quantized_linear: `multiply(q, params, out,
 // bias, stream)` launches one of the product kernels.
 template <class Multiply>
-OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const QuantizedLinearShape& shape,
+OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const LinearShape& shape,
                              const Multiply& multiply) {
   const DeviceGuard device_guard(x.device_index());
   Sizes out_sizes(x.sizes());
@@ -210,7 +210,7 @@ unsigned int warp_blocks(int64_t outputs) {
 namespace cuda {
 
 OwnedTensor linear_int8(TensorRef x, TensorRef weight, TensorRef weight_scale, TensorRef bias) {
-  const QuantizedLinearShape shape = check_linear_int8_args(x, weight, weight_scale, bias);
+  const LinearShape shape = check_linear_int8_args(x, weight, weight_scale, bias);
   const ContiguousAs w(weight);
   const ContiguousAs scales(weight_scale);
   return quantized_linear(x, bias, shape,
@@ -225,8 +225,7 @@ OwnedTensor linear_int8(TensorRef x, TensorRef weight, TensorRef weight_scale, T
 
 OwnedTensor linear_int4(TensorRef x, TensorRef weight, TensorRef weight_scale, int64_t group_size,
                         TensorRef bias) {
-  const QuantizedLinearShape shape =
-      check_linear_int4_args(x, weight, weight_scale, group_size, bias);
+  const LinearShape shape = check_linear_int4_args(x, weight, weight_scale, group_size, bias);
   const ContiguousAs w(weight);
   const ContiguousAs scales(weight_scale);
   return quantized_linear(x, bias, shape,

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "ops/common/checks.h"
+#include "ops/common/linear.h"
 
 namespace my_ops {
 
@@ -37,12 +38,6 @@ inline constexpr int64_t kInt4GroupMultiple = 32;
 // The `groups` of check_quantized_linear_args for linear_int8: one scale per output channel.
 inline constexpr int64_t kPerChannel = -1;
 
-struct QuantizedLinearShape {
-  int64_t rows;          // M: x's elements / K
-  int64_t in_features;   // K
-  int64_t out_features;  // N
-};
-
 namespace detail {
 
 __attribute__((noinline, cold)) inline void fail_quantized_weight(std::string_view op,
@@ -76,23 +71,15 @@ __attribute__((noinline, cold)) inline void fail_weight_scale(std::string_view o
                "] (output channels, groups of in_features), got ", Shape{scale.sizes()});
 }
 
-__attribute__((noinline, cold)) inline void fail_bias(std::string_view op, TensorRef bias,
-                                                      TensorRef x, int64_t out_features) {
-  fail_same_device_and_dtype(op, "bias", bias, "x", x);
-  MY_OPS_CHECK(false, op, ": expected bias to have shape [", out_features,
-               "] (weight's out_features), got ", Shape{bias.sizes()});
-}
-
 }  // namespace detail
 
 // The checks both ops make, in schema order: x, weight, weight_scale (`groups` per output channel,
 // or kPerChannel for a vector of one scale per channel), bias. Metadata only; the scales' values
 // are checked by check_weight_scale_values where a kernel reads them.
-inline QuantizedLinearShape check_quantized_linear_args(std::string_view op, TensorRef x,
-                                                        TensorRef weight, TensorRef weight_scale,
-                                                        int64_t groups, TensorRef bias,
-                                                        ScalarType weight_dtype,
-                                                        int64_t values_per_byte) {
+inline LinearShape check_quantized_linear_args(std::string_view op, TensorRef x, TensorRef weight,
+                                               TensorRef weight_scale, int64_t groups,
+                                               TensorRef bias, ScalarType weight_dtype,
+                                               int64_t values_per_byte) {
   check_primary_input(op, "x", x);
   const int64_t k = x.size(-1);
   if (!__builtin_expect(weight.defined() && weight.device_type() == x.device_type() &&
@@ -111,14 +98,8 @@ inline QuantizedLinearShape check_quantized_linear_args(std::string_view op, Ten
                              : weight_scale.dim() == 2 && weight_scale.size(0) == n &&
                                    weight_scale.size(1) == groups);
   if (!__builtin_expect(scale_ok, 1)) detail::fail_weight_scale(op, weight_scale, x, n, groups);
-  if (bias.get() != nullptr &&
-      !__builtin_expect(
-          detail::same_device_and_dtype(bias, x) && bias.dim() == 1 && bias.size(0) == n, 1)) {
-    detail::fail_bias(op, bias, x, n);
-  }
-  int64_t rows = 1;
-  for (size_t d = 0; d + 1 < x.sizes().size(); ++d) rows *= x.sizes()[d];
-  return {rows, k, n};
+  check_linear_bias(op, bias, x, n);
+  return linear_shape(x, n);
 }
 
 // linear_int4's group size: a positive multiple of kInt4GroupMultiple that divides K. Returns the
@@ -136,25 +117,24 @@ inline int64_t check_int4_group_size(std::string_view op, int64_t group_size, Te
 // linear_int8's int32 sums hold K * 255 * 128 for K up to this.
 inline constexpr int64_t kMaxInt8InFeatures = 65536;
 
-inline void check_int8_in_features(std::string_view op, const QuantizedLinearShape& shape) {
+inline void check_int8_in_features(std::string_view op, const LinearShape& shape) {
   MY_OPS_CHECK(shape.in_features <= kMaxInt8InFeatures, op,
                ": expected x to have a last dim of at most ", kMaxInt8InFeatures, ", got ",
                shape.in_features);
 }
 
 // Each op's checks, as both devices make them; each returns the sizes the kernels need.
-inline QuantizedLinearShape check_linear_int8_args(TensorRef x, TensorRef weight,
-                                                   TensorRef weight_scale, TensorRef bias) {
+inline LinearShape check_linear_int8_args(TensorRef x, TensorRef weight, TensorRef weight_scale,
+                                          TensorRef bias) {
   constexpr std::string_view kOp = "linear_int8";
-  const QuantizedLinearShape shape = check_quantized_linear_args(
+  const LinearShape shape = check_quantized_linear_args(
       kOp, x, weight, weight_scale, kPerChannel, bias, ScalarType::Char, /*values_per_byte=*/1);
   check_int8_in_features(kOp, shape);
   return shape;
 }
 
-inline QuantizedLinearShape check_linear_int4_args(TensorRef x, TensorRef weight,
-                                                   TensorRef weight_scale, int64_t group_size,
-                                                   TensorRef bias) {
+inline LinearShape check_linear_int4_args(TensorRef x, TensorRef weight, TensorRef weight_scale,
+                                          int64_t group_size, TensorRef bias) {
   constexpr std::string_view kOp = "linear_int4";
   check_primary_input(kOp, "x", x);
   const int64_t groups = check_int4_group_size(kOp, group_size, x);

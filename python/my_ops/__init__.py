@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _library, nn, ops, quantize
+from . import _library, nn, ops, pack, quantize
 from ._library import (
     ENV_VAR,
     CompanionUnavailableError,
@@ -43,6 +43,7 @@ __all__ = [
     "load_library",
     "loaded_path",
     "ops",
+    "pack",
     "quantize",
     *sorted(OP_WRAPPERS),
 ]

@@ -10,11 +10,10 @@ holds, so nothing is repacked at load or per call.
 
 from __future__ import annotations
 
-import fnmatch
-
 import torch
 from torch import nn
 
+from ._linear_layers import linear_layers, replace_layers
 from .ops._quantized import pack_int4, quantize_weight_int4, quantize_weight_int8, unpack_int4
 from .ops.linear_int4 import linear_int4
 from .ops.linear_int8 import linear_int8
@@ -105,11 +104,7 @@ def quantize_linear_layers(
     """
     if scheme not in SCHEMES:
         raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
-    targets = [
-        (name, module)
-        for name, module in model.named_modules()
-        if type(module) is nn.Linear and not any(fnmatch.fnmatchcase(name, p) for p in skip)
-    ]
+    targets = linear_layers(model, skip)
     if scheme == "int4" and (group_size <= 0 or group_size % 32):
         raise ValueError(f"group_size must be a positive multiple of 32, got {group_size}")
     if not targets:
@@ -121,8 +116,7 @@ def quantize_linear_layers(
                 f"{name}: in_features {linear.in_features} is not a multiple of the int4 "
                 f"group size {group_size}"
             )
-    for name, linear in targets:
-        parent_name, _, child = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, QuantizedLinear.from_linear(linear, scheme, group_size))
+    replace_layers(
+        model, targets, lambda linear: QuantizedLinear.from_linear(linear, scheme, group_size)
+    )
     return [name for name, _ in targets]

@@ -494,6 +494,70 @@ class QuantizedWeightValues(RoleValues):
         return value.device != x.device or value.shape[1] * self.role.per_byte != x.shape[-1]
 
 
+@values_for(_roles.PackedWeight)
+class PackedWeightValues(RoleValues):
+    # Panels of the weights the tests make: two, so that the threads split them.
+    PANELS = 2
+
+    def make(self, x, build, layout):
+        w = torch.randn(self.role.shape_of(tuple(x.shape), self.PANELS))
+        if layout == "transposed":  # the same values, another memory order
+            w = w.transpose(0, 1).contiguous().transpose(0, 1)
+        return w.to(x.device)
+
+    def bad_values(self) -> list[BadValue]:
+        return [
+            ("float64", lambda v, x: v.double()),
+            ("bfloat16", lambda v, x: v.bfloat16()),
+            ("none", lambda v, x: None),
+            ("unpacked", lambda v, x: v.transpose(1, 2).reshape(-1, v.shape[1])),
+            ("2d", lambda v, x: v[0]),
+            ("fewer-in-features", lambda v, x: v[:, :-1]),
+            ("narrow-panels", lambda v, x: v[:, :, :16]),
+        ]
+
+    def draw_valid(self, draw, x, g):
+        shape = self.role.shape_of(tuple(x.shape), draw(st.integers(0, 3)))
+        w = torch.randn(shape, generator=g)
+        if draw(st.booleans()):
+            w = w.transpose(0, 1).contiguous().transpose(0, 1)
+        return w.to(x.device)
+
+    def fuzz(self, kit, wrong, ctx):
+        in_features = ctx.x_shape[-1] if ctx.x_shape else 3
+        channels = self.role.channels
+
+        @st.composite
+        def weights(draw):
+            shape = (draw(st.integers(0, 3)), in_features, channels)
+            if not wrong:
+                return draw(kit.tensor(shape, torch.float32, ctx.devices[0]))
+
+            @st.composite
+            def wrong_shapes(draw):
+                kind = draw(st.sampled_from(["in_features", "channels", "2d", "other"]))
+                if kind == "in_features":
+                    return (shape[0], in_features + draw(st.sampled_from([-1, 1])), channels)
+                if kind == "channels":
+                    return (shape[0], in_features, draw(st.sampled_from([1, 16, 31, 33, 64])))
+                if kind == "2d":
+                    return (shape[0] * channels, in_features)
+                return draw(kit.shapes())
+
+            return draw(kit.wrong_tensor(shape, wrong_shapes(), torch.float32, ctx.devices))
+
+        return weights()
+
+    def fuzz_wrong(self, value, x) -> bool:
+        if not _is_tensor(value) or value.dtype != torch.float32 or value.dim() != 3:
+            return True
+        if value.shape[2] != self.role.channels:
+            return True
+        if x is None:
+            return False
+        return value.device != x.device or value.shape[1] != x.shape[-1]
+
+
 @values_for(_roles.GroupSize)
 class GroupSizeValues(RoleValues):
     def valid_values(self) -> tuple:
@@ -525,10 +589,13 @@ class GroupSizeValues(RoleValues):
         return x is not None and x.shape[-1] % value != 0
 
 
-def _channels(weight) -> int | None:
-    """The output channels of a weight the kernels get past (a 2-D tensor), else None: a
-    weight they refuse is named first, so what follows it cannot be judged against it."""
-    return weight.shape[0] if _is_tensor(weight) and weight.dim() == 2 else None
+def _channels(weight, per_slice: int = 1) -> int | None:
+    """The output channels of a weight the kernels get past (a 2-D tensor, or a 3-D packed
+    one for ``per_slice`` 32), else None: a weight they refuse is named first, so what
+    follows it cannot be judged against it."""
+    if not _is_tensor(weight) or weight.dim() != (2 if per_slice == 1 else 3):
+        return None
+    return weight.shape[0] * per_slice
 
 
 @values_for(_roles.WeightScale)
@@ -594,7 +661,7 @@ class WeightScaleValues(RoleValues):
 @values_for(_roles.OptionalBias)
 class OptionalBiasValues(RoleValues):
     def make_in_call(self, x, build, layout, made):
-        return build((made[self.role.weight].shape[0],), "contiguous")
+        return build((self.role.out_features(made[self.role.weight]),), "contiguous")
 
     def bad_values(self) -> list[BadValue]:
         return [
@@ -607,12 +674,12 @@ class OptionalBiasValues(RoleValues):
     def draw_valid_in_call(self, draw, x, g, drawn):
         if draw(st.booleans()):
             return None
-        n = drawn[self.role.weight].shape[0]
+        n = self.role.out_features(drawn[self.role.weight])
         return torch.randn(n, generator=g, dtype=torch.float64).to(x.device, x.dtype)
 
     def fuzz(self, kit, wrong, ctx):
         weight = ctx.drawn.get(self.role.weight)
-        channels = weight.shape[0] if getattr(weight, "shape", ()) else 3
+        channels = self.role.out_features(weight) if getattr(weight, "shape", ()) else 3
         if not wrong:
             return st.one_of(st.none(), kit.tensor((channels,), ctx.dtype, ctx.devices[0]))
         return kit.wrong_tensor((channels,), kit.shapes(), ctx.dtype, ctx.devices)
@@ -626,7 +693,7 @@ class OptionalBiasValues(RoleValues):
             return False
         if value.device != x.device or value.dtype != x.dtype:
             return True
-        channels = _channels(values[self.role.weight])
+        channels = _channels(values[self.role.weight], self.role.channels_per_slice)
         return channels is not None and value.shape[0] != channels
 
 

@@ -20,6 +20,7 @@ from conftest import EXIT_CODES
 import my_ops
 from deploy import Exported, ExportError, export
 from deploy.exporter.contract import load_contract
+from my_ops.pack import pack_linear_weight
 from my_ops.quantize import quantize_linear_layers
 
 WIDTH = 32
@@ -105,8 +106,12 @@ def test_two_exports_in_one_process_leave_it_as_it_was(tmp_path: Path) -> None:
     assert first.training and second.training
     assert a.out == tmp_path / "a" and b.out == tmp_path / "b"
     for exported in (a, b):
-        assert set(exported.times) == {"export", "compile", "verify"}, exported.times
-        assert json.loads(exported.manifest.read_text())["quantization"] == {"scheme": "none"}
+        assert set(exported.times) == {"pack", "export", "compile", "verify"}, exported.times
+        assert json.loads(exported.manifest.read_text())["quantization"] == {
+            "scheme": "none",
+            "float_linear": "packed",
+            "packed_layers": 1,
+        }
     _check_against_eager(a, first, (1, 8))
     _check_against_eager(b, second, (1, 5))
     # No temporary folder left beside the outputs.
@@ -202,6 +207,8 @@ def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
         "scheme": "int8",
         "layers": 1,
         "float_layers": [],
+        "float_linear": "packed",
+        "packed_layers": 0,
     }
     # Against an independent quantization of the same model, in eager.
     quantized = _block(2)
@@ -282,6 +289,24 @@ def test_a_quantized_package_takes_a_weights_file_of_its_scheme(tmp_path: Path) 
     compiled = torch._inductor.aoti_load_package(str(base.package))
     compiled.load_constants(constants, check_full_update=True)
     _check_against_eager_runner(compiled, retrained)
+
+
+def test_the_default_cpu_package_runs_packed_linear_layers_and_takes_weights_files(
+    tmp_path: Path,
+) -> None:
+    """The float linear layer is my_ops.linear_packed on the weight packed at export; a weights
+    file carries the packed weight of the new model, which the base package computes."""
+    base = export(_block(0), (torch.randn(4, WIDTH),), tmp_path / "base",
+                  dynamic_shapes=_batch(4), max_batch=4, cache=False)  # fmt: skip
+    assert "aoti_torch_cpu_linear_packed" in base.manifest.read_text()
+    _check_against_eager(base, _block(0), (1, 4))
+    export(_block(1), (torch.randn(4, WIDTH),), tmp_path / "weights", dynamic_shapes=_batch(4),
+           max_batch=4, cache=False, base=base.out)  # fmt: skip
+    constants = _weights_file(tmp_path / "weights")
+    assert torch.equal(constants["linear.weight"], pack_linear_weight(_block(1).linear.weight))
+    compiled = torch._inductor.aoti_load_package(str(base.package))
+    compiled.load_constants(constants, check_full_update=True)
+    _check_against_eager_runner(compiled, _block(1))
 
 
 class TiedLM(torch.nn.Module):
@@ -384,26 +409,42 @@ def _quantized_weight(model: Block) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(
-    ("base_scheme", "kwargs", "needle"),
+    ("base_kwargs", "kwargs", "needle"),
     [
-        ("int8", {}, "its package is int8 (quantize int8), this export float (no quantize)"),
-        (None, {"quantize": "int8"}, "its package is float (no quantize), this export int8"),
         (
-            "int4",
+            {"quantize": "int8"},
+            {},
+            "its package is int8 (quantize int8), this export float (no quantize)",
+        ),
+        ({}, {"quantize": "int8"}, "its package is float (no quantize), this export int8"),
+        (
+            {"quantize": "int4"},
             {"quantize": "int4", "quantize_group_size": 64},
             "its package is int4 (quantize int4, quantize_group_size 32), this export int4 "
             "(quantize int4, quantize_group_size 64)",
         ),
+        (
+            {"float_linear": "inductor"},
+            {},
+            "its package's float linear layers are float_linear inductor, this export's "
+            "packed: a weights file holds the weights as its base's package does; export the "
+            "weights with float_linear inductor",
+        ),
     ],
-    ids=["int8-base-float-weights", "float-base-int8-weights", "int4-other-group-size"],
+    ids=[
+        "int8-base-float-weights",
+        "float-base-int8-weights",
+        "int4-other-group-size",
+        "inductor-base-packed-weights",
+    ],
 )
 def test_a_weights_file_of_another_scheme_is_refused(
-    tmp_path: Path, base_scheme: str | None, kwargs: dict, needle: str
+    tmp_path: Path, base_kwargs: dict, kwargs: dict, needle: str
 ) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(64, 64))
     example = (torch.randn(2, 64),)
     base = export(model, example, tmp_path / "base", mode="no-autotune", cache=False,
-                  quantize=base_scheme)  # fmt: skip
+                  **base_kwargs)  # fmt: skip
     before = sorted(p.name for p in base.out.iterdir())
     with pytest.raises(ExportError, match=re.escape(needle)) as caught:
         export(model, example, tmp_path / "weights", cache=False, base=base.out, **kwargs)

@@ -100,6 +100,7 @@ _VALUE_FLAGS = [
     "--quantize",
     "--quantize-skip",
     "--min-cosine",
+    "--float-linear",
 ]
 
 

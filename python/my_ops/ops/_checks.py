@@ -157,6 +157,33 @@ def check_weight_scale(
         )
 
 
+# Output channels per panel of linear_packed's weight (ops/packed_linear/packed_linear.h).
+PANEL_CHANNELS = 32
+
+
+def check_packed_weight(op: str, name: str, w: torch.Tensor, x: torch.Tensor) -> None:
+    check_same_device(op, name, w, x)
+    torch._check(
+        w.dtype == torch.float32,
+        lambda: f"{op}: expected {name} to have dtype torch.float32, got {w.dtype}",
+    )
+    torch._check(
+        w.dim() == 3 and w.shape[2] == PANEL_CHANNELS,
+        lambda: (
+            f"{op}: expected {name} to be packed, 3-D [out_features / {PANEL_CHANNELS}, "
+            f"in_features, {PANEL_CHANNELS}] (my_ops.pack_linear_weight), got shape "
+            f"{list(w.shape)}"
+        ),
+    )
+    torch._check(
+        w.shape[1] == x.shape[-1],
+        lambda: (
+            f"{op}: expected {name} to have in_features {x.shape[-1]} (x's last dim) in dim 1, "
+            f"got {w.shape[1]}"
+        ),
+    )
+
+
 def check_optional_bias(
     op: str, name: str, b: torch.Tensor | None, x: torch.Tensor, out_features: int
 ) -> None:

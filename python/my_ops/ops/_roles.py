@@ -191,6 +191,26 @@ class QuantizedWeight(Role):
 
 
 @dataclass(frozen=True)
+class PackedWeight(Role):
+    """A float32 linear weight packed in panels of 32 output channels, ``[out_features /
+    32, in_features, 32]`` on x's device, ``in_features`` being x's last dim and the
+    panels free (``ops/packed_linear``, :func:`my_ops.pack_linear_weight`)."""
+
+    @property
+    def channels(self) -> int:
+        return _checks.PANEL_CHANNELS
+
+    def check(self, op, name, value, x) -> None:
+        _checks.check_packed_weight(op, name, value, x)
+
+    def shape_of(self, x_shape: tuple[int, ...], panels: int) -> tuple[int, int, int]:
+        return (panels, x_shape[-1], self.channels)
+
+    def example(self, x, build):
+        return torch.randn(self.shape_of(tuple(x.shape), 2)).to(x.device)
+
+
+@dataclass(frozen=True)
 class GroupSize(Role):
     """How many consecutive in_features share a scale: a positive multiple of 32 that
     divides x's last dim. ``samples``: valid values for a last dim that is a multiple of
@@ -242,19 +262,24 @@ class WeightScale(Role):
 
 @dataclass(frozen=True)
 class OptionalBias(Role):
-    """``None``, or a vector of the output channels of a :class:`QuantizedWeight`
-    argument (``weight``) with x's dtype and device."""
+    """``None``, or a vector of the output channels of a weight argument (``weight``) with
+    x's dtype and device. ``channels_per_slice``: output channels per index of the weight's
+    first dim (1 for a :class:`QuantizedWeight`, 32 for a :class:`PackedWeight`)."""
 
     weight: str = "weight"
+    channels_per_slice: int = 1
+
+    def out_features(self, weight: torch.Tensor) -> int:
+        return weight.shape[0] * self.channels_per_slice
 
     def check(self, op, name, value, x) -> None:
         raise TypeError(f"{op}: {name} is judged against {self.weight}: use check_in_call")
 
     def check_in_call(self, op, name, value, x, args) -> None:
-        _checks.check_optional_bias(op, name, value, x, args[self.weight].shape[0])
+        _checks.check_optional_bias(op, name, value, x, self.out_features(args[self.weight]))
 
     def example_in_call(self, x, build, made):
-        return build((made[self.weight].shape[0],))
+        return build((self.out_features(made[self.weight]),))
 
 
 # --- scalars ----------------------------------------------------------------------------

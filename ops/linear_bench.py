@@ -1,10 +1,11 @@
-"""Time the quantized linear ops against the float layer and PyTorch's own int8 layer.
+"""Time the linear ops against the float layer and PyTorch's own int8 layer.
 
 For the linear layers of an edge LLM and an encoder (SmolLM2-135M: hidden 576, MLP 1536;
 MiniLM-L6: hidden 384, MLP 1536) at a few token counts, on the CPU, per call (median of
 interleaved rounds, so that every candidate sees the same machine):
 
 - ``int8`` / ``int4``: ``my_ops.linear_int8`` / ``my_ops.linear_int4`` (group 32);
+- ``packed``: ``my_ops.linear_packed`` on the float weight packed once (``my_ops.pack``);
 - ``fp32``: ``torch.nn.functional.linear`` on the float weight (oneDNN or MKL);
 - ``compiled``: the same under ``torch.compile`` (Inductor's own code);
 - ``torch_int8``: PyTorch's dynamic int8 linear (``torch.ao.nn.quantized.dynamic.Linear``,
@@ -15,7 +16,7 @@ and the weight-streaming bound of each: the int8 weight's bytes over the bandwid
 at a few tokens are read once a call, which bounds the call from below when they come from
 memory; these layers' weights, 0.15 to 0.9 MB, fit a server core's L2, so a call may beat it).
 
-    tools/bazel run //ops:quantized_linear_bench -- --threads 1 --tokens 1,16,64
+    tools/bazel run //ops:linear_bench -- --threads 1 --tokens 1,16,64
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from functools import partial
 import torch
 
 import my_ops
+from my_ops.pack import pack_linear_weight
 from my_ops.quantize import quantize_weight_int4, quantize_weight_int8
 
 LAYERS = {
@@ -94,16 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     gbps = _clone_gbps(args.rounds)
     print(f"threads {args.threads}; torch.clone bandwidth {gbps:.1f} GB/s; ms per call (median)")
-    names = ["int8", "int4", "fp32", "compiled", "torch_int8"]
+    names = ["int8", "int4", "packed", "fp32", "compiled", "torch_int8"]
     if args.no_compile:
         names.remove("compiled")
     header = f"{'layer':<16} {'tokens':>6} " + " ".join(f"{n:>10}" for n in names)
-    print(header + f" {'int8 bound':>10} {'int8/fp32':>9} {'int8/torch':>10}")
+    print(header + f" {'int8 bound':>10} {'int8/fp32':>9} {'int8/torch':>10} {'packed/fp32':>11}")
     for layer in layers:
         k, n = LAYERS[layer]
         linear = torch.nn.Linear(k, n).eval()
         w8, s8 = quantize_weight_int8(linear.weight)
         w4, s4 = quantize_weight_int4(linear.weight, 32)
+        packed = pack_linear_weight(linear.weight)
         bias = linear.bias.detach()
         with warnings.catch_warnings():  # torch.ao.quantization's deprecation notice
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -117,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             calls = {
                 "int8": partial(my_ops.linear_int8, x, w8, s8, bias),
                 "int4": partial(my_ops.linear_int4, x, w4, s4, 32, bias),
+                "packed": partial(my_ops.linear_packed, x, packed, bias),
                 "fp32": partial(torch.nn.functional.linear, x, linear.weight, bias),
                 "torch_int8": partial(torch_int8, x),
             }
@@ -127,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             row = f"{layer:<16} {m:>6} " + " ".join(f"{ms[n]:>10.4f}" for n in names)
             print(
                 row + f" {bound:>10.4f} {ms['int8'] / ms['fp32']:>9.2f}x "
-                f"{ms['int8'] / ms['torch_int8']:>9.2f}x",
+                f"{ms['int8'] / ms['torch_int8']:>9.2f}x {ms['packed'] / ms['fp32']:>10.2f}x",
                 flush=True,
             )
     return 0
