@@ -1,7 +1,6 @@
 #include <torch/csrc/stable/ops.h>
 
 #include <cstdint>
-#include <optional>
 
 #include "ops/common/launch.cuh"
 #include "ops/packed_linear/packed_linear.h"
@@ -52,30 +51,16 @@ namespace cuda {
 OwnedTensor linear_packed(TensorRef x, TensorRef weight, TensorRef bias) {
   const LinearShape shape = check_linear_packed_args(x, weight, bias);
   const DeviceGuard device_guard(x.device_index());
-  Sizes out_sizes(x.sizes());
-  out_sizes.back() = shape.out_features;
-  OwnedTensor out = empty_like_with_sizes(x, out_sizes);
-  if (out.ref().numel() == 0) return out;
-  const ContiguousAs x_float(x, ScalarType::Float);
   const ContiguousAs w(weight);
-  std::optional<ContiguousAs> bias_float;
-  if (bias.get() != nullptr) bias_float.emplace(bias, ScalarType::Float);
-  std::optional<OwnedTensor> out_float;
-  if (x.scalar_type() != ScalarType::Float) {
-    out_float.emplace(empty_like_with_sizes(x_float, out_sizes));
-  }
-  float* out_data = (out_float ? out_float->ref() : out.ref()).mutable_data_as<float>();
   const int64_t warps = weight.size(0) * ((shape.rows + kRowsPerWarp - 1) / kRowsPerWarp);
-  linear_packed_kernel<<<num_blocks_for(warps, kThreads / kWarpSize), kThreads, 0,
-                         current_stream(x.device_index())>>>(
-      x_float.ref().data_as<float>(), shape.rows, shape.in_features, w.ref().data_as<float>(),
-      bias_float ? bias_float->ref().data_as<float>() : nullptr, out_data, shape.out_features);
-  check_kernel_launch();
-  if (out_float) {
-    torch::stable::Tensor dst = out.ref().to_stable();
-    torch::stable::copy_(dst, out_float->ref().to_stable());
-  }
-  return out;
+  return float32_linear(x, bias, shape.out_features,
+                        [&](const float* x_data, const float* bias_data, float* out) {
+                          linear_packed_kernel<<<num_blocks_for(warps, kThreads / kWarpSize),
+                                                 kThreads, 0, current_stream(x.device_index())>>>(
+                              x_data, shape.rows, shape.in_features, w.ref().data_as<float>(),
+                              bias_data, out, shape.out_features);
+                          check_kernel_launch();
+                        });
 }
 
 }  // namespace cuda

@@ -1,7 +1,6 @@
 #include <torch/csrc/stable/ops.h>
 
 #include <algorithm>
-#include <optional>
 #include <vector>
 
 #include "ops/common/cpu_kernel.h"
@@ -11,56 +10,33 @@
 namespace my_ops {
 namespace {
 
-// The shape of a result: x's with its last dim replaced by out_features.
-Sizes output_sizes(TensorRef x, int64_t out_features) {
-  Sizes sizes(x.sizes());
-  sizes.back() = out_features;
-  return sizes;
-}
-
 // Everything but the products: the argument checks are done. `multiply(q, tiles, params, out,
 // bias, n_begin, n_end)` runs one of the cpu_vec products over a range of output channels.
 template <class Multiply>
 OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const LinearShape& shape,
                              const Multiply& multiply) {
-  OwnedTensor out = empty_like_with_sizes(x, output_sizes(x, shape.out_features));
-  if (out.ref().numel() == 0) return out;
-  const ContiguousAs x_float(x, ScalarType::Float);
-  std::optional<ContiguousAs> bias_float;
-  if (bias.get() != nullptr) bias_float.emplace(bias, ScalarType::Float);
-  const float* bias_data = bias_float ? bias_float->ref().data_as<float>() : nullptr;
-
-  const int64_t rows = shape.rows;
-  const int64_t k = shape.in_features;
-  std::vector<uint8_t> q(static_cast<size_t>(rows * k));
-  std::vector<cpu_vec::QuantizedRow> params(static_cast<size_t>(rows));
-  const float* x_data = x_float.ref().data_as<float>();
-  parallel_for_work(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, k)), rows * k,
-                    [&](int64_t begin, int64_t end) {
-                      cpu_vec::quantize_rows(x_data, k, begin, end, q.data(), params.data());
-                    });
-  const std::vector<uint8_t> tiles = cpu_vec::tile_rows(q.data(), rows, k);
-  const uint8_t* tiles_data = tiles.empty() ? nullptr : tiles.data();
-
-  // A float32 result is written in place; another dtype through a float32 one, converted once.
-  std::optional<OwnedTensor> out_float;
-  if (x.scalar_type() != ScalarType::Float) {
-    out_float.emplace(empty_like_with_sizes(x_float, out.ref().sizes()));
-  }
-  float* out_data = (out_float ? out_float->ref() : out.ref()).mutable_data_as<float>();
-  // Parallel over output channels: each thread streams its own share of the weights, which is
-  // what the products at a few rows are bound by.
-  const int64_t n = shape.out_features;
-  const int64_t work_per_channel = std::max<int64_t>(1, rows * k);
-  const int64_t grain = std::max<int64_t>(1, kGrainSize / work_per_channel);
-  parallel_for_work(0, n, grain, n * work_per_channel, [&](int64_t begin, int64_t end) {
-    multiply(q.data(), tiles_data, params.data(), out_data, bias_data, begin, end);
-  });
-  if (out_float) {
-    torch::stable::Tensor dst = out.ref().to_stable();
-    torch::stable::copy_(dst, out_float->ref().to_stable());
-  }
-  return out;
+  return float32_linear(
+      x, bias, shape.out_features,
+      [&](const float* x_data, const float* bias_data, float* out_data) {
+        const int64_t rows = shape.rows;
+        const int64_t k = shape.in_features;
+        std::vector<uint8_t> q(static_cast<size_t>(rows * k));
+        std::vector<cpu_vec::QuantizedRow> params(static_cast<size_t>(rows));
+        parallel_for_work(0, rows, std::max<int64_t>(1, kGrainSize / std::max<int64_t>(1, k)),
+                          rows * k, [&](int64_t begin, int64_t end) {
+                            cpu_vec::quantize_rows(x_data, k, begin, end, q.data(), params.data());
+                          });
+        const std::vector<uint8_t> tiles = cpu_vec::tile_rows(q.data(), rows, k);
+        const uint8_t* tiles_data = tiles.empty() ? nullptr : tiles.data();
+        // Parallel over output channels: each thread streams its own share of the weights, which is
+        // what the products at a few rows are bound by.
+        const int64_t n = shape.out_features;
+        const int64_t work_per_channel = std::max<int64_t>(1, rows * k);
+        const int64_t grain = std::max<int64_t>(1, kGrainSize / work_per_channel);
+        parallel_for_work(0, n, grain, n * work_per_channel, [&](int64_t begin, int64_t end) {
+          multiply(q.data(), tiles_data, params.data(), out_data, bias_data, begin, end);
+        });
+      });
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include <torch/csrc/stable/ops.h>
 
 #include <cstdint>
-#include <optional>
 
 #include "ops/common/block_reduce.cuh"
 #include "ops/common/launch.cuh"
@@ -158,45 +157,30 @@ template <class Multiply>
 OwnedTensor quantized_linear(TensorRef x, TensorRef bias, const LinearShape& shape,
                              const Multiply& multiply) {
   const DeviceGuard device_guard(x.device_index());
-  Sizes out_sizes(x.sizes());
-  out_sizes.back() = shape.out_features;
-  OwnedTensor out = empty_like_with_sizes(x, out_sizes);
-  if (out.ref().numel() == 0) return out;
-  const ContiguousAs x_float(x, ScalarType::Float);
-  std::optional<ContiguousAs> bias_float;
-  if (bias.get() != nullptr) bias_float.emplace(bias, ScalarType::Float);
-  const float* bias_data = bias_float ? bias_float->ref().data_as<float>() : nullptr;
-  const cudaStream_t stream = current_stream(x.device_index());
-
-  const int64_t rows = shape.rows;
-  const int64_t k = shape.in_features;
-  // Scratch from torch's caching allocator, as bytes: the quantized rows, then their parameters.
-  const int64_t q_bytes = (rows * k + 15) / 16 * 16;
-  const int64_t scratch_sizes[] = {q_bytes + rows * static_cast<int64_t>(sizeof(QuantizedRow))};
-  AtenTensorHandle scratch_handle;
-  const int64_t stride_one[] = {1};
-  STABLE_TORCH_ERROR_CODE_CHECK(
-      aoti_torch_empty_strided(1, scratch_sizes, stride_one, static_cast<int32_t>(ScalarType::Byte),
-                               x.device_type(), x.device_index(), &scratch_handle));
-  const OwnedTensor scratch(scratch_handle);
-  uint8_t* q = scratch.ref().mutable_data_as<uint8_t>();
-  auto* params = reinterpret_cast<QuantizedRow*>(q + q_bytes);
-  quantize_rows_kernel<<<num_blocks_for(rows, 1), kThreads, 0, stream>>>(
-      x_float.ref().data_as<float>(), rows, k, q, params);
-  check_kernel_launch();
-
-  std::optional<OwnedTensor> out_float;
-  if (x.scalar_type() != ScalarType::Float) {
-    out_float.emplace(empty_like_with_sizes(x_float, out_sizes));
-  }
-  float* out_data = (out_float ? out_float->ref() : out.ref()).mutable_data_as<float>();
-  multiply(q, params, out_data, bias_data, stream);
-  check_kernel_launch();
-  if (out_float) {
-    torch::stable::Tensor dst = out.ref().to_stable();
-    torch::stable::copy_(dst, out_float->ref().to_stable());
-  }
-  return out;
+  return float32_linear(x, bias, shape.out_features,
+                        [&](const float* x_data, const float* bias_data, float* out_data) {
+                          const cudaStream_t stream = current_stream(x.device_index());
+                          const int64_t rows = shape.rows;
+                          const int64_t k = shape.in_features;
+                          // Scratch from torch's caching allocator, as bytes: the quantized rows,
+                          // then their parameters.
+                          const int64_t q_bytes = (rows * k + 15) / 16 * 16;
+                          const int64_t scratch_sizes[] = {
+                              q_bytes + rows * static_cast<int64_t>(sizeof(QuantizedRow))};
+                          AtenTensorHandle scratch_handle;
+                          const int64_t stride_one[] = {1};
+                          STABLE_TORCH_ERROR_CODE_CHECK(aoti_torch_empty_strided(
+                              1, scratch_sizes, stride_one, static_cast<int32_t>(ScalarType::Byte),
+                              x.device_type(), x.device_index(), &scratch_handle));
+                          const OwnedTensor scratch(scratch_handle);
+                          uint8_t* q = scratch.ref().mutable_data_as<uint8_t>();
+                          auto* params = reinterpret_cast<QuantizedRow*>(q + q_bytes);
+                          quantize_rows_kernel<<<num_blocks_for(rows, 1), kThreads, 0, stream>>>(
+                              x_data, rows, k, q, params);
+                          check_kernel_launch();
+                          multiply(q, params, out_data, bias_data, stream);
+                          check_kernel_launch();
+                        });
 }
 
 unsigned int warp_blocks(int64_t outputs) {
