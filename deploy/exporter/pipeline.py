@@ -217,7 +217,7 @@ def run(
                 EXIT_ACCURACY,
             )
         if opts.float_linear == "packed":
-            module, quantization = _packed(module, example, quantization, times)
+            module, quantization = _packed(module, example, quantization, spell, times)
         else:
             quantization = (quantization or {"scheme": "none"}) | {"float_linear": "inductor"}
         ep = _exported_program(module, example, spec.dynamic_shapes, times)
@@ -311,6 +311,7 @@ def _packed(
     module: Any,
     example: tuple[Any, ...],
     quantization: dict[str, Any] | None,
+    spell: Callable[[str], str],
     times: dict[str, float],
 ) -> tuple[Any, dict[str, Any]]:
     """A copy of `module` whose float Linear layers are my_ops.linear_packed (my_ops.pack; the
@@ -344,7 +345,7 @@ def _packed(
         if not cosine >= _PACKED_MIN_COSINE:
             raise ExportError(
                 f"packing the linear layers changed the model's outputs (cosine {cosine:.7g}); "
-                "export with --float-linear inductor and report this"
+                f"export with {spell('float_linear')} inductor and report this"
             )
     return packed, record | {"packed_layers": len(names)}
 
