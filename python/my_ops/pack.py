@@ -54,6 +54,13 @@ def packable(model: nn.Module, skip: Sequence[str] = ()) -> tuple[list[str], dic
     {name: why not})``, leaving a layer whose weight is not float32, whose out_features is
     not a multiple of 32, or whose weight is shared with another module (a tied output
     projection: a packed copy would hold that weight twice)."""
+    layers, left = _packable_layers(model, skip)
+    return [name for name, _ in layers], left
+
+
+def _packable_layers(
+    model: nn.Module, skip: Sequence[str]
+) -> tuple[list[tuple[str, nn.Linear]], dict[str, str]]:
     names_of: dict[int, int] = {}
     for _, p in model.named_parameters(remove_duplicate=False):
         names_of[id(p)] = names_of.get(id(p), 0) + 1
@@ -66,7 +73,7 @@ def packable(model: nn.Module, skip: Sequence[str] = ()) -> tuple[list[str], dic
         elif names_of.get(id(linear.weight), 0) > 1:
             left[name] = "weight is shared with another module (tied)"
         else:
-            packed.append(name)
+            packed.append((name, linear))
     return packed, left
 
 
@@ -74,7 +81,6 @@ def pack_linear_layers(model: nn.Module, *, skip: Sequence[str] = ()) -> list[st
     """Replace, in place, the ``nn.Linear`` layers :func:`packable` picks by their
     :class:`PackedLinear`; returns their names. Layers matching a ``skip`` pattern
     (``fnmatch`` on the qualified name) stay as they are."""
-    names, _ = packable(model, skip)
-    modules = dict(model.named_modules())
-    replace_layers(model, [(n, modules[n]) for n in names], PackedLinear.from_linear)
-    return names
+    layers, _ = _packable_layers(model, skip)
+    replace_layers(model, layers, PackedLinear.from_linear)
+    return [name for name, _ in layers]
