@@ -74,6 +74,7 @@ def export(
     quantize_group_size: int = DEFAULT_QUANTIZE_GROUP_SIZE,
     min_cosine: float | None = None,
     float_linear: str | None = None,
+    smooth_alpha: float | None = None,
 ) -> Exported:
     """Export `model` (a torch.nn.Module that may call my_ops) to an AOTInductor package in
     `out`, verified against the model in eager, as `my-ops-export` does.
@@ -90,7 +91,8 @@ def export(
     is written (--weights-only). `quantize` ("int8" or "int4"), `quantize_skip` and
     `min_cosine` are --quantize, --quantize-skip and --min-cosine; `quantize_group_size` is
     int4's group size (a multiple of 32). The model itself is left float: the export
-    quantizes a copy. `float_linear` ("packed" or "inductor") is --float-linear.
+    quantizes a copy. `float_linear` ("packed" or "inductor") is --float-linear;
+    `smooth_alpha` is --smooth-alpha.
 
     The model's training flag, the process's environment variables, temporary folder,
     loggers and Inductor settings are as they were on return; a `device="cuda"` export moves
@@ -146,6 +148,7 @@ def export(
         quantize_group_size=quantize_group_size,
         min_cosine=min_cosine,
         float_linear=float_linear,
+        smooth_alpha=smooth_alpha,
     )
     spec = types.SimpleNamespace(
         module=model,

@@ -250,6 +250,16 @@ def argument_parser() -> argparse.ArgumentParser:
         "(fnmatch: lm_head, *.attn.*) float; repeat for several",
     )
     p.add_argument(
+        "--smooth-alpha",
+        type=float,
+        metavar="A",
+        help="with --quantize: SmoothQuant's migration strength in [0, 1], 0 for none: each "
+        "quantized layer divides its input by max|x_j|^A / max|w_j|^(1-A) per input channel "
+        "(measured on the example inputs) and its weight is quantized times it, which evens out "
+        "the activations' outlier channels. Default: 0.5 for int8, 0 for int4; with "
+        "--weights-only, the base's",
+    )
+    p.add_argument(
         "--min-cosine",
         type=float,
         metavar="X",
@@ -311,6 +321,7 @@ def parse_args(argv: Sequence[str] | None) -> Options | KeyCommand:
         quantize_skip=tuple(args.quantize_skip),
         float_linear=args.float_linear,
         min_cosine=args.min_cosine,
+        smooth_alpha=args.smooth_alpha,
     )
     try:
         return checked(opts)

@@ -61,6 +61,9 @@ class Options:
     quantize_skip: tuple[str, ...] = ()  # fnmatch patterns of Linear layers left float
     quantize_group_size: int = DEFAULT_QUANTIZE_GROUP_SIZE  # int4's
     min_cosine: float | None = None  # None: DEFAULT_MIN_COSINE, with quantize
+    # SmoothQuant's alpha in [0, 1], 0 for none; None: the base's (--weights-only) or the
+    # scheme's default (my_ops.quantize.DEFAULT_SMOOTH_ALPHA), resolved where torch is loaded.
+    smooth_alpha: float | None = None
     float_linear: str | None = None  # FLOAT_LINEARS; None: DEFAULT_FLOAT_LINEAR[device]
 
 
@@ -130,6 +133,7 @@ def checked(opts: Options, spell: Callable[[str], str] = flag) -> Options:
             ("quantize_skip", opts.quantize_skip, ()),
             ("quantize_group_size", opts.quantize_group_size, DEFAULT_QUANTIZE_GROUP_SIZE),
             ("min_cosine", opts.min_cosine, None),
+            ("smooth_alpha", opts.smooth_alpha, None),
         ):
             if value != unset:
                 raise refuse(f"{spell(name)} is for {spell('quantize')} int8 or int4")
@@ -145,6 +149,11 @@ def checked(opts: Options, spell: Callable[[str], str] = flag) -> Options:
         isinstance(opts.min_cosine, int | float) and 0 < opts.min_cosine <= 1
     ):
         raise refuse(f"{spell('min_cosine')} must be in (0, 1], got {opts.min_cosine!r}")
+    alpha = opts.smooth_alpha
+    if alpha is not None and (
+        isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha <= 1
+    ):
+        raise refuse(f"{spell('smooth_alpha')} must be in [0, 1], got {alpha!r}")
     return dataclasses.replace(
         opts,
         mode=opts.mode or DEFAULT_MODE,

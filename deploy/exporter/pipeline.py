@@ -173,6 +173,9 @@ def run(
             )
         base = read_base(opts.base)
         check_base_scheme(base[2], opts, spell)
+        if opts.quantize is not None and opts.smooth_alpha is None:
+            # The base's smoothing, so that the weights file's layers match its package's.
+            opts = dataclasses.replace(opts, smooth_alpha=base[2].get("smooth_alpha", 0.0))
     # A target this installation cannot build for (the wheel has no cross toolchain).
     build = build_for(opts.target) if base is None else None
     times: dict[str, float] = {}
@@ -267,10 +270,11 @@ def _quantized(
 
     import torch
 
-    from my_ops.quantize import quantize_linear_layers
+    from my_ops.quantize import DEFAULT_SMOOTH_ALPHA, quantize_linear_layers
 
     scheme = opts.quantize
     min_cosine = _min_cosine(opts)
+    alpha = DEFAULT_SMOOTH_ALPHA[scheme] if opts.smooth_alpha is None else opts.smooth_alpha
     note: list[str] = []
     with _stage("quantize", times, lambda: note[0]):
         with torch.no_grad():
@@ -278,16 +282,22 @@ def _quantized(
         quantized = copy.deepcopy(module)
         try:
             replaced = quantize_linear_layers(
-                quantized, scheme, group_size=opts.quantize_group_size, skip=opts.quantize_skip
+                quantized,
+                scheme,
+                group_size=opts.quantize_group_size,
+                skip=opts.quantize_skip,
+                smooth_alpha=alpha,
+                example_inputs=example,
             )
         except ValueError as e:
             raise ExportError(f"{spell('quantize')} {scheme}: {e}", EXIT_USAGE) from e
         with torch.no_grad():
             got = as_tuple(quantized(*example))
         cosine, largest = agreement(got, want)
+        smoothed = f", smoothed (alpha {alpha:g})" if alpha else ""
         note.append(
-            f"{scheme}, {len(replaced)} linear layers; against the float model on the example "
-            f"inputs: cosine {cosine:.7g}, largest difference {largest:.3g}"
+            f"{scheme}, {len(replaced)} linear layers{smoothed}; against the float model on the "
+            f"example inputs: cosine {cosine:.7g}, largest difference {largest:.3g}"
         )
         if not cosine >= min_cosine:
             raise ExportError(
@@ -300,6 +310,7 @@ def _quantized(
     if scheme == "int4":
         record["group_size"] = opts.quantize_group_size
     record["layers"] = len(replaced)
+    record["smooth_alpha"] = float(alpha)
     # The layers --quantize-skip left float, by their names in the model.
     record["float_layers"] = sorted(
         name for name, m in quantized.named_modules() if isinstance(m, torch.nn.Linear)

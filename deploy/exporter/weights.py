@@ -400,6 +400,11 @@ def read_base(folder: str) -> tuple[dict[str, str], dict[str, Any], dict[str, An
             f"--base {folder}: manifest.json's quantization.float_linear is not one of "
             f"{', '.join(FLOAT_LINEARS)}"
         )
+    alpha = quantization.get("smooth_alpha", 0.0)
+    if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not 0 <= alpha <= 1:
+        raise ExportError(
+            f"--base {folder}: manifest.json's quantization.smooth_alpha is not a number in [0, 1]"
+        )
     arch_path = os.path.join(folder, ARCHITECTURE_FILE)
     try:
         with open(arch_path, "rb") as f:
@@ -448,6 +453,16 @@ def check_base_scheme(record: dict[str, Any], opts: Any, spell: Callable[[str], 
     # Packages exported before --float-linear ran Inductor's product.
     float_linear = record.get("float_linear", "inductor")
     if scheme == mine and same_groups:
+        # Packages exported before --smooth-alpha were not smoothed.
+        alpha = record.get("smooth_alpha", 0.0)
+        if scheme != "none" and opts.smooth_alpha is not None and opts.smooth_alpha != alpha:
+            raise ExportError(
+                f"{spell('base')} {opts.base}: its package was quantized with "
+                f"{spell('smooth_alpha')} {alpha:g}, this export asks for {opts.smooth_alpha:g}: "
+                "a weights file's layers are smoothed as its base's are; leave "
+                f"{spell('smooth_alpha')} out to take the base's",
+                EXIT_NOT_BASE_ARCHITECTURE,
+            )
         if float_linear == opts.float_linear:
             return
         raise ExportError(

@@ -134,6 +134,8 @@ def test_two_exports_in_one_process_leave_it_as_it_was(tmp_path: Path) -> None:
         ({"quantize_skip": ["linear"]}, "quantize_skip is for quantize int8 or int4"),
         ({"quantize": "int8", "quantize_skip": "linear"}, "quantize_skip must be a sequence"),
         ({"quantize": "int8", "min_cosine": 2.0}, "min_cosine must be in (0, 1], got 2.0"),
+        ({"smooth_alpha": 0.5}, "smooth_alpha is for quantize int8 or int4"),
+        ({"quantize": "int8", "smooth_alpha": 1.5}, "smooth_alpha must be in [0, 1], got 1.5"),
         ({"quantize": "int4", "quantize_group_size": 48}, "quantize_group_size must be a"),
     ],
 )
@@ -189,9 +191,10 @@ def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     model = _block(2)
+    example = (torch.randn(4, WIDTH),)
     exported = export(
         model,
-        (torch.randn(4, WIDTH),),
+        example,
         tmp_path / "q",
         dynamic_shapes=_batch(4),
         max_batch=4,
@@ -206,13 +209,17 @@ def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
     assert json.loads(manifest)["quantization"] == {
         "scheme": "int8",
         "layers": 1,
+        "smooth_alpha": 0.5,
         "float_layers": [],
         "float_linear": "packed",
         "packed_layers": 0,
     }
-    # Against an independent quantization of the same model, in eager.
+    # Against a quantization of the same model by my_ops.quantize, in eager: int8 is smoothed
+    # by default, by the example's ranges.
     quantized = _block(2)
-    assert quantize_linear_layers(quantized, "int8") == ["linear"]
+    assert quantize_linear_layers(quantized, "int8", smooth_alpha=0.5, example_inputs=example) == [
+        "linear"
+    ]
     _check_against_eager(exported, quantized, (1, 4))
     # Verified against the float model by the accuracy gate, which the stage's line reports.
     assert re.search(
@@ -271,20 +278,28 @@ def _weights_file(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_a_quantized_package_takes_a_weights_file_of_its_scheme(tmp_path: Path) -> None:
+    example = (torch.randn(4, WIDTH),)
+
     def exported(model: torch.nn.Module, out: str, **kwargs) -> Exported:
-        return export(model, (torch.randn(4, WIDTH),), tmp_path / out, dynamic_shapes=_batch(4),
+        return export(model, example, tmp_path / out, dynamic_shapes=_batch(4),
                       max_batch=4, cache=False, quantize="int8", **kwargs)  # fmt: skip
 
-    base = exported(_block(0), "base", mode="no-autotune")
+    base = exported(_block(0), "base", mode="no-autotune", smooth_alpha=0.25)
+    # Without smooth_alpha the weights file takes the base's.
     exported(_block(1), "weights", base=base.out)
     constants = _weights_file(tmp_path / "weights")
-    # The int8 codes and scales of an independent quantization of the new model.
+    # The int8 codes, scales and smoothing of my_ops.quantize's quantization of the new model.
     retrained = _block(1)
-    assert quantize_linear_layers(retrained, "int8") == ["linear"]
+    assert quantize_linear_layers(retrained, "int8", smooth_alpha=0.25, example_inputs=example) == [
+        "linear"
+    ]
     assert constants["linear.weight"].dtype == torch.int8
     assert torch.equal(constants["linear.weight"], retrained.linear.weight)
     assert torch.equal(constants["linear.weight_scale"], retrained.linear.weight_scale)
-    assert not torch.equal(constants["linear.weight"], _quantized_weight(_block(0)))
+    assert torch.equal(constants["linear.smooth_scale"], retrained.linear.smooth_scale)
+    original = _block(0)
+    quantize_linear_layers(original, "int8", smooth_alpha=0.25, example_inputs=example)
+    assert not torch.equal(constants["linear.weight"], original.linear.weight)
     # The base package, its constants replaced by the file's, computes the new model.
     compiled = torch._inductor.aoti_load_package(str(base.package))
     compiled.load_constants(constants, check_full_update=True)
@@ -403,11 +418,6 @@ def test_a_quantized_weights_file_expects_the_packages_own_outputs(tmp_path: Pat
     assert torch.equal(got[0] if isinstance(got, (list, tuple)) else got, expected)
 
 
-def _quantized_weight(model: Block) -> torch.Tensor:
-    quantize_linear_layers(model, "int8")
-    return model.linear.weight
-
-
 @pytest.mark.parametrize(
     ("base_kwargs", "kwargs", "needle"),
     [
@@ -424,6 +434,13 @@ def _quantized_weight(model: Block) -> torch.Tensor:
             "(quantize int4, quantize_group_size 64)",
         ),
         (
+            {"quantize": "int8"},
+            {"quantize": "int8", "smooth_alpha": 0.0},
+            "its package was quantized with smooth_alpha 0.5, this export asks for 0: a "
+            "weights file's layers are smoothed as its base's are; leave smooth_alpha out to "
+            "take the base's",
+        ),
+        (
             {"float_linear": "inductor"},
             {},
             "its package's float linear layers are float_linear inductor, this export's "
@@ -435,6 +452,7 @@ def _quantized_weight(model: Block) -> torch.Tensor:
         "int8-base-float-weights",
         "float-base-int8-weights",
         "int4-other-group-size",
+        "int8-other-smooth-alpha",
         "inductor-base-packed-weights",
     ],
 )

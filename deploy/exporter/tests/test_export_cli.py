@@ -101,6 +101,7 @@ _VALUE_FLAGS = [
     "--quantize-skip",
     "--min-cosine",
     "--float-linear",
+    "--smooth-alpha",
 ]
 
 
@@ -139,6 +140,7 @@ def test_every_flag_that_takes_a_value_is_checked_for_an_empty_one() -> None:
         (["--quantize", "int2"], "argument --quantize: invalid choice: 'int2'"),
         (["--quantize-skip", "lm_head"], "--quantize-skip is for --quantize int8 or int4"),
         (["--quantize", "int8", "--min-cosine", "1.5"], "--min-cosine must be in (0, 1]"),
+        (["--quantize", "int8", "--smooth-alpha", "-0.1"], "--smooth-alpha must be in [0, 1]"),
     ],
 )
 def test_bad_cache_and_compile_flags(tmp_path: Path, args: list[str], needle: str) -> None:
@@ -189,7 +191,7 @@ def test_help(tmp_path: Path) -> None:
     for flag in ("--out", "--device", "--model", "--isa", "--max-batch", "--signing-key",
                  "--generate-key", "--cache-dir", "--no-cache", "--cache-max-mb",
                  "--profile-compile", "--inductor-option", "--mode", "--quantize",
-                 "--quantize-skip", "--min-cosine"):  # fmt: skip
+                 "--quantize-skip", "--min-cosine", "--smooth-alpha"):  # fmt: skip
         assert flag in proc.stdout
     # The --out rule: what the export may replace.
     assert "previous export" in proc.stdout
