@@ -73,9 +73,20 @@ def _batch_inputs(spec: Any, batch: int) -> tuple[Any, ...]:
     return tuple(out)
 
 
+def verify_batches(spec: Any, max_batch: int) -> list[int]:
+    """The batches a package is verified at, the bundled sample's first: 1, 7 and the max batch
+    when its batch is dynamic. A package exported with static shapes serves its example's
+    shapes only (its generated code is sized for them), so its example's batch is the one."""
+    if getattr(spec, "dynamic_shapes", None) is None:
+        first = next((t for t in spec.example_inputs if getattr(t, "ndim", 0)), None)
+        return [int(first.shape[0]) if first is not None else 1]
+    return sorted(b for b in {*VERIFY_BATCHES, max_batch} if b <= max_batch)
+
+
 def sample_inputs(spec: Any, device: str) -> tuple[Any, ...]:
-    """Batch 1's inputs, as verify returns them, for a package that cannot be verified here."""
-    return to_device(_batch_inputs(spec, 1), device)
+    """The bundled sample's inputs, as verify returns them, for a package that cannot be
+    verified here."""
+    return to_device(_batch_inputs(spec, verify_batches(spec, 1)[0]), device)
 
 
 def _gate(got: tuple[Any, ...], want: tuple[Any, ...], accuracy: Accuracy, what: str):
@@ -145,9 +156,8 @@ def verify(
     sample: tuple[Any, ...] = ()
     outputs: tuple[Any, ...] = ()
     worst: tuple[float, float] | None = None  # a quantized package's lowest cosine, its largest
-    for batch in sorted({*VERIFY_BATCHES, max_batch}):
-        if batch > max_batch:
-            continue
+    batches = verify_batches(spec, max_batch)
+    for batch in batches:
         inputs = to_device(_batch_inputs(spec, batch), device)
         reference = module if accuracy is None else accuracy.float_module
         with torch.no_grad():
@@ -173,8 +183,9 @@ def verify(
             cosine, largest = _gate(got, want, accuracy, f"batch {batch}: the quantized package")
             if worst is None or cosine < worst[0]:
                 worst = (cosine, largest)
-        if batch == 1:
-            # Batch 1 is the edge use case, so it becomes the bundled sample.
+        if batch == batches[0]:
+            # Batch 1 (where the batch is dynamic) is the edge use case, so it becomes the
+            # bundled sample.
             sample, outputs = inputs, got
     note = (
         ""

@@ -239,6 +239,18 @@ def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
     )
 
 
+def test_a_static_shape_package_is_verified_at_its_examples_shape(tmp_path: Path) -> None:
+    # Exported without dynamic_shapes, its generated code is sized for the example's batch of
+    # 3: run at batch 1 (the default verify batch) its ReLU would read rows past the input.
+    model = torch.nn.Sequential(torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU())
+    exported = export(model, (torch.randn(3, WIDTH),), tmp_path / "out", cache=False)
+    sample = torch.load(exported.package.parent / "sample_input.pt")
+    (expected,) = torch.load(exported.package.parent / "expected_output.pt")
+    assert [tuple(t.shape) for t in sample] == [(3, WIDTH)]
+    with torch.no_grad():
+        torch.testing.assert_close(expected, model(*sample), atol=1e-4, rtol=1e-4)
+
+
 def test_a_quantized_package_is_verified_against_the_float_model(tmp_path: Path) -> None:
     # Inductor's norm reduces in another order than ATen's, so some of the compiled model's
     # activations differ from eager's in the last bit, and those on a rounding boundary of the
