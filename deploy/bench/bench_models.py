@@ -129,17 +129,19 @@ def export_packages(
     work: Path,
     env: dict,
     quantize: str | None = None,
+    ours_options: tuple[str, ...] | list[str] = (),
 ) -> dict:
     """Exports ours and Inductor's package of every case, with the exporter's `options` added
-    (and ``--quantize`` to ours, ``--float-linear inductor`` to Inductor's unless `options` say
-    otherwise); returns {(case, variant): folder}."""
+    (and ``--quantize`` and `ours_options` to ours, ``--float-linear inductor`` to Inductor's
+    unless `options` say otherwise); returns {(case, variant): folder}."""
     folders = {}
     for case in cases:
         for variant in real_models.VARIANTS:
             name = real_models.name(case.model, variant, case.length)
             variant_options = list(options)
-            if quantize and variant == "ours":
-                variant_options += ["--quantize", quantize]
+            if variant == "ours":
+                variant_options += ["--quantize", quantize] if quantize else []
+                variant_options += ours_options
             if variant == "inductor" and not any(o.startswith("--float-linear") for o in options):
                 # Inductor's own products: the row ours is measured against.
                 variant_options += ["--float-linear", "inductor"]
@@ -462,6 +464,14 @@ def main(argv: list[str] | None = None) -> int:
         "--export-option=--inductor-option=freezing=True (repeatable)",
     )
     p.add_argument(
+        "--ours-option",
+        action="append",
+        default=[],
+        metavar="FLAG[=VALUE]",
+        help="an exporter flag for our package only, e.g. --ours-option=--smooth-alpha=0 "
+        "with --quantize (repeatable)",
+    )
+    p.add_argument(
         "--quantize",
         choices=tuple(QUANTIZED_PARITY),
         default=None,
@@ -510,7 +520,9 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
 
     cases = [Case(m, n) for m in models for n in lengths]
-    folders = export_packages(cases, exporter, args.export_option, work, env, args.quantize)
+    folders = export_packages(
+        cases, exporter, args.export_option, work, env, args.quantize, args.ours_option
+    )
     onnx = export_onnx(cases, work, env, args.quantize)
     pte = export_executorch(cases, work, env, args.quantize)
     workers = {"onnxruntime": Worker(["ort"], env)}
