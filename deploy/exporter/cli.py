@@ -226,7 +226,7 @@ def argument_parser() -> argparse.ArgumentParser:
         choices=QUANTIZE_SCHEMES,
         help="replace every nn.Linear of the model (a tied output projection included) by a "
         "quantized linear op: int8 (int8 weights, one scale per output channel: "
-        "my_ops.linear_int8) or int4 (int4 weights, one scale per 32 in_features: "
+        "my_ops.linear_int8) or int4 (int4 weights, one float16 scale per 32 in_features: "
         "my_ops.linear_int4); both quantize activations per token to 8 bits on each call. "
         "The quantized model is compared with the float one on the example inputs (cosine "
         f"and largest difference printed); below --min-cosine the export stops with exit "

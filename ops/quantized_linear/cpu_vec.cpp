@@ -1,5 +1,7 @@
 #include "ops/quantized_linear/cpu_vec.h"
 
+#include <torch/headeronly/util/Half.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -865,6 +867,28 @@ void linear_int8(const uint8_t* q, const uint8_t* tiles, const QuantizedRow* par
       out[m * n_total + n] = int8_output(params[m], acc, w_sum, weight_scale[n], b);
     }
   }
+}
+
+#if defined(__x86_64__)
+namespace {
+__attribute__((target("avx512f"))) int64_t halves_to_floats_avx512(const uint16_t* bits,
+                                                                   int64_t count, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bits + i));
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(h));
+  }
+  return i;
+}
+}  // namespace
+#endif
+
+void halves_to_floats(const uint16_t* bits, int64_t count, float* out) {
+  int64_t i = 0;
+#if defined(__x86_64__)
+  if (has_avx512()) i = halves_to_floats_avx512(bits, count, out);
+#endif
+  for (; i < count; ++i) out[i] = static_cast<float>(c10::Half(bits[i], c10::Half::from_bits()));
 }
 
 void linear_int4(const uint8_t* q, const uint8_t* tiles, const QuantizedRow* params, int64_t rows,

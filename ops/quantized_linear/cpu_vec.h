@@ -31,6 +31,9 @@ void linear_int8(const uint8_t* q, const uint8_t* tiles, const QuantizedRow* par
                  int64_t k, const int8_t* weight, const float* weight_scale, const float* bias,
                  float* out, int64_t n_total, int64_t n_begin, int64_t n_end);
 
+// float16 values (IEEE half bits) as float32, sixteen at a time where the CPU has AVX-512.
+void halves_to_floats(const uint16_t* bits, int64_t count, float* out);
+
 // linear_int4: weight uint8 [n_total, k / 2] (two values a byte, low four bits first, each stored
 // as w + 8), weight_scale [n_total, k / group_size]; group_size a multiple of 32 dividing k.
 void linear_int4(const uint8_t* q, const uint8_t* tiles, const QuantizedRow* params, int64_t rows,

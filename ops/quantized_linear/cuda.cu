@@ -1,6 +1,8 @@
 #include <torch/csrc/stable/ops.h>
+#include <torch/headeronly/util/Half.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/common/block_reduce.cuh"
 #include "ops/common/launch.cuh"
@@ -111,11 +113,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// As linear_int8_kernel; each lane takes whole groups of 32 in_features (16 bytes).
+// As linear_int8_kernel; each lane takes whole groups of 32 in_features (16 bytes). Scale is float
+// or c10::Half (weight_scale's dtype).
+template <typename Scale>
 __global__ void __launch_bounds__(kThreads)
     linear_int4_kernel(const uint8_t* __restrict__ q, const QuantizedRow* __restrict__ params,
                        int64_t rows, int64_t k, const uint8_t* __restrict__ weight,
-                       const float* __restrict__ weight_scale, int64_t group_size,
+                       const Scale* __restrict__ weight_scale, int64_t group_size,
                        const float* __restrict__ bias, float* __restrict__ out, int64_t n_total) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t warps = grid_stride() / kWarpSize;
@@ -127,7 +131,7 @@ __global__ void __launch_bounds__(kThreads)
     const QuantizedRow p = params[m];
     const uint8_t* q_row = q + m * k;
     const uint8_t* w = weight + n * (k / 2);
-    const float* scales = weight_scale + n * groups;
+    const Scale* scales = weight_scale + n * groups;
     float total = 0.0f;
     bool scales_ok = true;
     for (int64_t c = lane; c < chunks; c += kWarpSize) {
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(kThreads)
         acc += int32_t{q_row[2 * j]} * low + int32_t{q_row[2 * j + 1]} * high;
         w_sum += low + high;
       }
-      const float s = scales[c * kInt4GroupMultiple / group_size];
+      const float s = static_cast<float>(scales[c * kInt4GroupMultiple / group_size]);
       scales_ok &= usable_scale(s);
       total += static_cast<float>(acc - p.zero_point * w_sum) * s;
     }
@@ -212,15 +216,24 @@ OwnedTensor linear_int4(TensorRef x, TensorRef weight, TensorRef weight_scale, i
   const LinearShape shape = check_linear_int4_args(x, weight, weight_scale, group_size, bias);
   const ContiguousAs w(weight);
   const ContiguousAs scales(weight_scale);
-  return quantized_linear(x, bias, shape,
-                          [&](const uint8_t* q, const QuantizedRow* params, float* out,
-                              const float* b, cudaStream_t stream) {
-                            const int64_t outputs = shape.rows * shape.out_features;
-                            linear_int4_kernel<<<warp_blocks(outputs), kThreads, 0, stream>>>(
-                                q, params, shape.rows, shape.in_features,
-                                w.ref().data_as<uint8_t>(), scales.ref().data_as<float>(),
-                                group_size, b, out, shape.out_features);
-                          });
+  return quantized_linear(
+      x, bias, shape,
+      [&](const uint8_t* q, const QuantizedRow* params, float* out, const float* b,
+          cudaStream_t stream) {
+        const int64_t outputs = shape.rows * shape.out_features;
+        const auto launch = [&](const auto* scale_data) {
+          using Scale = std::remove_cv_t<
+              std::remove_pointer_t<std::remove_reference_t<decltype(scale_data)>>>;
+          linear_int4_kernel<Scale><<<warp_blocks(outputs), kThreads, 0, stream>>>(
+              q, params, shape.rows, shape.in_features, w.ref().data_as<uint8_t>(), scale_data,
+              group_size, b, out, shape.out_features);
+        };
+        if (scales.ref().scalar_type() == ScalarType::Half) {
+          launch(scales.ref().data_as<c10::Half>());
+        } else {
+          launch(scales.ref().data_as<float>());
+        }
+      });
 }
 
 }  // namespace cuda

@@ -21,8 +21,9 @@ namespace my_ops {
 //   bias[n].
 // linear_int4: weight holds int4 values w in [-8, 7] two to a byte, uint8 [N, K / 2]: byte j of
 // row n holds k = 2j in its low four bits and k = 2j + 1 in its high four, each stored as w + 8
-// (ONNX Runtime's MatMulNBits order); float32 scales [N, K / group_size], one per group of
-// group_size consecutive k (the "8da4w" scheme of torchao and ExecuTorch):
+// (ONNX Runtime's MatMulNBits order); float32 or float16 scales [N, K / group_size], one per
+// group of group_size consecutive k (the "8da4w" scheme of torchao and ExecuTorch; float16 halves
+// the scales' bytes, 4.5 bits a weight in all instead of 5):
 //   out[m, n] = scale_x[m] * sum_g weight_scale[n, g] * sum_{k in g} (q[m, k] - zero[m]) * w[n, k]
 //               + bias[n].
 // x is any floating dtype; the math is float32 (x converted first), and out has x's dtype and
@@ -57,12 +58,17 @@ __attribute__((noinline, cold)) inline void fail_quantized_weight(std::string_vi
                weight.size(1));
 }
 
+inline bool scale_dtype_ok(ScalarType dtype, int64_t groups) {
+  return dtype == ScalarType::Float || (groups != kPerChannel && dtype == ScalarType::Half);
+}
+
 __attribute__((noinline, cold)) inline void fail_weight_scale(std::string_view op, TensorRef scale,
                                                               TensorRef x, int64_t out_features,
                                                               int64_t groups) {
   fail_same_device(op, "weight_scale", scale, "x", x);
-  MY_OPS_CHECK(scale.scalar_type() == ScalarType::Float, op,
-               ": expected weight_scale to have dtype Float, got ", scale.scalar_type());
+  MY_OPS_CHECK(scale_dtype_ok(scale.scalar_type(), groups), op,
+               ": expected weight_scale to have dtype ",
+               groups == kPerChannel ? "Float" : "Float or Half", ", got ", scale.scalar_type());
   if (groups == kPerChannel) {
     MY_OPS_CHECK(false, op, ": expected weight_scale to have shape [", out_features,
                  "] (one scale per output channel), got ", Shape{scale.sizes()});
@@ -74,8 +80,8 @@ __attribute__((noinline, cold)) inline void fail_weight_scale(std::string_view o
 }  // namespace detail
 
 // The checks both ops make, in schema order: x, weight, weight_scale (`groups` per output channel,
-// or kPerChannel for a vector of one scale per channel), bias. Metadata only; the scales' values
-// are checked by check_weight_scale_values where a kernel reads them.
+// float32 or float16, or kPerChannel for a float32 vector of one scale per channel), bias. Metadata
+// only; the scales' values are checked by check_weight_scale_values where a kernel reads them.
 inline LinearShape check_quantized_linear_args(std::string_view op, TensorRef x, TensorRef weight,
                                                TensorRef weight_scale, int64_t groups,
                                                TensorRef bias, ScalarType weight_dtype,
@@ -93,7 +99,7 @@ inline LinearShape check_quantized_linear_args(std::string_view op, TensorRef x,
   const bool scale_ok =
       weight_scale.defined() && weight_scale.device_type() == x.device_type() &&
       weight_scale.device_index() == x.device_index() &&
-      weight_scale.scalar_type() == ScalarType::Float &&
+      detail::scale_dtype_ok(weight_scale.scalar_type(), groups) &&
       (groups == kPerChannel ? weight_scale.dim() == 1 && weight_scale.size(0) == n
                              : weight_scale.dim() == 2 && weight_scale.size(0) == n &&
                                    weight_scale.size(1) == groups);

@@ -2,10 +2,10 @@
 :func:`quantize_linear_layers`, which swaps a model's ``nn.Linear`` layers for it.
 
 ``"int8"``: int8 weights, symmetric, one scale per output channel (``my_ops.linear_int8``).
-``"int4"``: int4 weights, symmetric, one scale per group of ``group_size`` in_features, two
-values a byte (``my_ops.linear_int4``, the "8da4w" scheme). Both quantize each row of the
-input to 8 bits with a zero point on every call; the quantized weights are what a package
-holds, so nothing is repacked at load or per call.
+``"int4"``: int4 weights, symmetric, one float16 scale per group of ``group_size``
+in_features, two values a byte (``my_ops.linear_int4``, the "8da4w" scheme). Both quantize
+each row of the input to 8 bits with a zero point on every call; the quantized weights are
+what a package holds, so nothing is repacked at load or per call.
 
 Smoothing (SmoothQuant, Xiao et al. 2023): a few input channels of an LLM's activations are
 tens of times larger than the rest, and a per-token scale sized for them leaves the others a
@@ -50,7 +50,7 @@ class QuantizedLinear(nn.Module):
     """``nn.Linear`` with quantized weights, for inference (no gradient flows through it).
 
     Buffers: ``weight`` (int8 ``[out, in]``, or uint8 ``[out, in / 2]`` for int4),
-    ``weight_scale`` (float32 ``[out]``, or ``[out, in / group_size]``), ``bias`` (or
+    ``weight_scale`` (float32 ``[out]``, or float16 ``[out, in / group_size]``), ``bias`` (or
     None), in the dtype of the layer it replaces, and ``smooth_scale`` (or None): float32
     ``[in]``, what the input is divided by before the op (the weight was quantized times it).
     """

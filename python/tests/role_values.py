@@ -610,9 +610,11 @@ class WeightScaleValues(RoleValues):
         return (build(shape, "contiguous").float().abs() * 0.01 + 1e-3).to(torch.float32)
 
     def bad_values(self) -> list[BadValue]:
+        per_channel_only = [] if self.role.group_size else [("float16", lambda v, x: v.half())]
         return [
             ("float64", lambda v, x: v.double()),
             ("bfloat16", lambda v, x: v.bfloat16()),
+            *per_channel_only,
             ("none", lambda v, x: None),
             ("fewer", lambda v, x: v[:-1]),
             ("extra-dim", lambda v, x: v.unsqueeze(0)),
@@ -635,7 +637,7 @@ class WeightScaleValues(RoleValues):
         return kit.wrong_tensor(shape, kit.shapes(), torch.float32, ctx.devices)
 
     def fuzz_wrong_in_call(self, value, x, values) -> bool:
-        if not _is_tensor(value) or value.dtype != torch.float32:
+        if not _is_tensor(value) or value.dtype not in self.role.dtypes:
             return True
         if _is_real_tensor(value) and value.device.type == "cpu":
             # The CPU kernels refuse a scale that is zero, negative or not finite.

@@ -133,11 +133,39 @@ def test_weight_quantizers_stay_within_half_a_step():
     assert q.dtype == torch.int8 and s.dtype == torch.float32 and s[4] == 1
     assert ((q.float() * s[:, None] - w).abs() <= s[:, None] / 2 * (1 + 1e-6)).all()
     packed, s4 = quantize_weight_int4(w, 64)
-    assert packed.shape == (9, 128) and s4.shape == (9, 4)
+    assert packed.shape == (9, 128) and s4.shape == (9, 4) and s4.dtype == torch.float16
     step = s4.repeat_interleave(64, dim=1)
     assert ((unpack_int4(packed).float() * step - w).abs() <= step / 2 * (1 + 1e-6)).all()
     with pytest.raises(ValueError, match="group_size 48"):
         quantize_weight_int4(w, 48)
+
+
+def test_int4_scales_fit_float16_or_raise():
+    w = torch.randn(4, 64)
+    _, s32 = quantize_weight_int4(w, 32, scale_dtype=torch.float32)
+    _, s16 = quantize_weight_int4(w, 32)
+    assert s32.dtype == torch.float32 and s16.dtype == torch.float16
+    # float16's rounding of max |w| / 7: within half of its 2**-10 relative step.
+    torch.testing.assert_close(s16.float(), s32, rtol=2.0**-11, atol=0)
+    tiny = torch.full((1, 32), 1e-12)  # max |w| / 7 under float16's smallest step
+    _, s = quantize_weight_int4(tiny, 32)
+    assert s.item() == 2.0**-24
+    with pytest.raises(ValueError, match="does not fit float16"):
+        quantize_weight_int4(torch.full((1, 32), 1e6), 32)
+    with pytest.raises(ValueError, match="scale_dtype must be"):
+        quantize_weight_int4(w, 32, scale_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("rows", [3, 20])
+def test_int4_float16_scales_give_what_their_float32_values_give(device, rows):
+    # Every kernel (a few rows and the tiled ones) reads float16 scales as the float32 they are.
+    x = torch.randn(rows, 128, device=device)
+    q, s16 = quantize_weight_int4(torch.randn(40, 128), 32)
+    q, s16 = q.to(device), s16.to(device)
+    got = my_ops.linear_int4(x, q, s16, 32)
+    want = my_ops.linear_int4(x, q, s16.float(), 32)
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", [d for d in DEVICES if d.startswith("cuda")] or ["cuda"])

@@ -133,11 +133,15 @@ def check_quantized_weight(
 def check_weight_scale(
     op: str, name: str, s: torch.Tensor, x: torch.Tensor, out_features: int, groups: int | None
 ) -> None:
-    """``groups`` None: one scale per output channel, else [out_features, groups]."""
+    """``groups`` None: one float32 scale per output channel, else [out_features, groups] of
+    float32 or float16."""
     check_same_device(op, name, s, x)
+    allowed = (torch.float32,) if groups is None else (torch.float32, torch.float16)
     torch._check(
-        s.dtype == torch.float32,
-        lambda: f"{op}: expected {name} to have dtype torch.float32, got {s.dtype}",
+        s.dtype in allowed,
+        lambda: (
+            f"{op}: expected {name} to have dtype {' or '.join(map(str, allowed))}, got {s.dtype}"
+        ),
     )
     if groups is None:
         torch._check(

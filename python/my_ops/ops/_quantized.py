@@ -31,19 +31,33 @@ def quantize_weight_int8(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
 
 
 def quantize_weight_int4(
-    weight: torch.Tensor, group_size: int = 32
+    weight: torch.Tensor, group_size: int = 32, scale_dtype: torch.dtype = torch.float16
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Symmetric group-wise int4: ``(uint8 [N, K / 2] packed, float32 scales [N, K /
-    group_size])``, each group of ``group_size`` consecutive in_features sharing a scale
-    (max |w| / 7, values in [-8, 7])."""
+    """Symmetric group-wise int4: ``(uint8 [N, K / 2] packed, scales [N, K / group_size])``,
+    each group of ``group_size`` consecutive in_features sharing a scale (max |w| / 7 in
+    ``scale_dtype``, float16 or float32; values in [-8, 7], rounded against the scale as
+    stored). float16 scales take 0.5 bits a weight where float32 take 1; a scale under
+    float16's range takes its smallest step (the group is about zero), one over it raises."""
+    if scale_dtype not in (torch.float16, torch.float32):
+        raise ValueError(f"scale_dtype must be torch.float16 or torch.float32, got {scale_dtype}")
     w = weight.detach().float()
     n, k = w.shape
     if group_size <= 0 or k % group_size:
         raise ValueError(f"group_size {group_size} does not divide in_features {k}")
     groups = w.reshape(n, k // group_size, group_size)
     scale = groups.abs().amax(dim=2) / 7
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = (groups / scale[..., None]).round().clamp(-8, 7).reshape(n, k)
+    if scale_dtype == torch.float16:
+        largest = torch.finfo(torch.float16).max
+        if bool((scale > largest).any()):
+            raise ValueError(
+                f"a group's largest |weight| is {float(scale.max() * 7):.3g}: its scale does not "
+                "fit float16 (use scale_dtype=torch.float32)"
+            )
+        smallest = 2.0**-24  # float16's smallest step
+        scale = torch.where(scale > 0, scale.clamp(min=smallest), torch.ones_like(scale)).half()
+    else:
+        scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = (groups / scale.float()[..., None]).round().clamp(-8, 7).reshape(n, k)
     return pack_int4(q.to(torch.int8)), scale
 
 

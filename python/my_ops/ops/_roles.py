@@ -228,10 +228,10 @@ class GroupSize(Role):
 
 @dataclass(frozen=True)
 class WeightScale(Role):
-    """The float32 scales of a :class:`QuantizedWeight` argument (``weight``), on x's
-    device: one per output channel, or, with ``group_size`` (the name of a
-    :class:`GroupSize` argument), ``[out_features, in_features / group_size]``. Finite and
-    positive, which only the kernels can check: a fake sees no values."""
+    """The scales of a :class:`QuantizedWeight` argument (``weight``), on x's device: one
+    float32 per output channel, or, with ``group_size`` (the name of a :class:`GroupSize`
+    argument), ``[out_features, in_features / group_size]`` of float32 or float16. Finite
+    and positive, which only the kernels can check: a fake sees no values."""
 
     weight: str = "weight"
     group_size: str | None = None
@@ -247,6 +247,10 @@ class WeightScale(Role):
             _checks.check_group_size(op, self.group_size, group_size, x)
             groups = x.shape[-1] // group_size
         _checks.check_weight_scale(op, name, value, x, args[self.weight].shape[0], groups)
+
+    @property
+    def dtypes(self) -> tuple[torch.dtype, ...]:
+        return (torch.float32,) if self.group_size is None else (torch.float32, torch.float16)
 
     def shape_of(self, x_shape, out_features: int, group_size: int | None):
         if group_size is None:

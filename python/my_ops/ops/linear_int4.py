@@ -2,9 +2,9 @@
 inference.
 
 The weight holds symmetric int4 values two to a byte, low four bits first, each stored as
-``w + 8`` (what :func:`quantize_weight_int4` makes of a float weight), with a float32 scale
-per output channel and group of ``group_size`` consecutive in_features; each row of ``x``
-is quantized to 8 bits with a zero point on every call.
+``w + 8`` (what :func:`quantize_weight_int4` makes of a float weight), with a float32 or
+float16 scale per output channel and group of ``group_size`` consecutive in_features; each
+row of ``x`` is quantized to 8 bits with a zero point on every call.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def linear_int4(
         x: floating tensor ``[..., K]``; the math is float32.
         weight: uint8 ``[N, K / 2]``, two int4 values a byte (k = 2j in the low four bits
             of byte j, k = 2j + 1 in the high four), each stored as w + 8.
-        weight_scale: float32 ``[N, K / group_size]``, finite and positive.
+        weight_scale: float32 or float16 ``[N, K / group_size]``, finite and positive.
         group_size: a positive multiple of 32 that divides K.
         bias: optional ``[N]`` of x's dtype.
 
@@ -79,9 +79,10 @@ def _edge_samples(device: str) -> list[tuple]:
     scale = torch.tensor([[1e-3, 2e-3], [0.5, 0.25], [1.0, 1e-2]])
     bias = torch.tensor([0.0, -1.0, 1e3])
     return [
-        (x.to(device=device, dtype=dtype), weight.to(device), scale.to(device), 32, b)
+        (x.to(device=device, dtype=dtype), weight.to(device), s.to(device), 32, b)
         for dtype in (torch.float32, torch.float64)
         for b in (None, bias.to(device=device, dtype=dtype))
+        for s in (scale, scale.half())
     ]
 
 
