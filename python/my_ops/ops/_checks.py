@@ -130,13 +130,18 @@ def check_quantized_weight(
     )
 
 
+def weight_scale_dtypes(grouped: bool) -> tuple[torch.dtype, ...]:
+    """The dtypes of a quantized weight's scales: float32 per output channel, float32 or
+    float16 per group."""
+    return (torch.float32, torch.float16) if grouped else (torch.float32,)
+
+
 def check_weight_scale(
     op: str, name: str, s: torch.Tensor, x: torch.Tensor, out_features: int, groups: int | None
 ) -> None:
-    """``groups`` None: one float32 scale per output channel, else [out_features, groups] of
-    float32 or float16."""
+    """``groups`` None: one scale per output channel, else [out_features, groups]."""
     check_same_device(op, name, s, x)
-    allowed = (torch.float32,) if groups is None else (torch.float32, torch.float16)
+    allowed = weight_scale_dtypes(groups is not None)
     torch._check(
         s.dtype in allowed,
         lambda: (

@@ -250,7 +250,7 @@ class WeightScale(Role):
 
     @property
     def dtypes(self) -> tuple[torch.dtype, ...]:
-        return (torch.float32,) if self.group_size is None else (torch.float32, torch.float16)
+        return _checks.weight_scale_dtypes(self.group_size is not None)
 
     def shape_of(self, x_shape, out_features: int, group_size: int | None):
         if group_size is None:
