@@ -212,14 +212,21 @@ def test_an_int8_package_runs_with_the_bundles_op_library(
     assert result.returncode == 0, result.stderr
     (got,) = torch.load(out)
     sample = torch.load(package / "sample_input.pt")
-    # The reference: the model quantized the same way, in eager on this x86-64 machine with
-    # the x86-64 op library. The integer sums are exact on both; the float math around them
-    # differs in the last bits (see above), which could move an activation across a rounding
-    # boundary of its quantization: the exporter's own tolerance for a package, 1e-4, holds
-    # for this model, and the float model is far further away than that.
-    model = default_model.make_model(max_batch=16).module.eval()
+    # The reference: the model quantized the same way (smoothed as the manifest records, by
+    # the export's example inputs), in eager on this x86-64 machine with the x86-64 op
+    # library. The integer sums are exact on both; the float math around them differs in the
+    # last bits (see above), which could move an activation across a rounding boundary of
+    # its quantization: the exporter's own tolerance for a package, 1e-4, holds for this
+    # model, and the float model is far further away than that.
+    spec = default_model.make_model(max_batch=16)
+    model = spec.module.eval()
     quantized = copy.deepcopy(model)
-    quantize_linear_layers(quantized, "int8")
+    quantize_linear_layers(
+        quantized,
+        "int8",
+        smooth_alpha=manifest["quantization"]["smooth_alpha"],
+        example_inputs=tuple(spec.example_inputs),
+    )
     with torch.no_grad():
         want, float_outputs = quantized(*sample), model(*sample)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
