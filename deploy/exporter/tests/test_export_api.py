@@ -483,6 +483,26 @@ def test_a_weights_file_of_another_scheme_is_refused(
     assert sorted(p.name for p in base.out.iterdir()) == before
 
 
+def test_a_base_whose_quantization_record_is_malformed_is_refused(tmp_path: Path) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    example = (torch.randn(2, 64),)
+    base = export(model, example, tmp_path / "base", cache=False, quantize="int8")
+    manifest_path = base.out / "manifest.json"
+    original = json.loads(manifest_path.read_text())
+    for field, value, needle in (
+        ("smooth_alpha", "0.5", "quantization.smooth_alpha is not a number in [0, 1]"),
+        ("smooth_alpha", 1.5, "quantization.smooth_alpha is not a number in [0, 1]"),
+        ("float_linear", "mkl", "quantization.float_linear is not one of"),
+    ):
+        edited = json.loads(json.dumps(original))
+        edited["quantization"][field] = value
+        manifest_path.write_text(json.dumps(edited))
+        with pytest.raises(ExportError, match=re.escape(needle)):
+            export(model, example, tmp_path / "weights", cache=False, quantize="int8",
+                   base=base.out)  # fmt: skip
+        assert not (tmp_path / "weights").exists()
+
+
 def test_a_quantized_model_below_min_cosine_writes_nothing(tmp_path: Path) -> None:
     before = _process_state()
     # No quantized model is exactly the float one: a cosine of 1 cannot be met.
