@@ -9,14 +9,18 @@ cache hit). Then, at batch 1 on the package that export wrote:
   * per-call p50 of a program on the SDK's shared library (sdk_app.cpp: the
     deploy API from an application's side) against the loader's, the same way;
   * process start to first result: the C++ loader vs a Python script doing
-    the same load + run + save.
+    the same load + run + save;
+  * the footprint of one run (footprint.py): peak RSS, start to first
+    result and the libraries mapped, the loader as built against the loader
+    with libtorch.so (what it linked before: LibTorch's whole CUDA stack).
 
 Targets: see bench_export.py for the export's; C++ per-call p50 <= 0.8x
 Python AOTI's and <= 1.05x that of the package today's settings compiled, the
 SDK app's <= 1.05x the loader's, each
 judged by the median over rounds of the ratio of two timings taken back to
 back (a burst of background load that hits one side of one round moves that
-round only); C++ start-to-first-result <= 0.3x Python's. Then the custom-op
+round only); C++ start-to-first-result <= 0.3x Python's; the footprint's
+targets are in footprint.py. Then the custom-op
 tax table (tax.py), judged the same way.
 Exit status 1 when a target is missed (--no-check: always 0).
 
@@ -36,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from deploy.bench import tax
+from deploy.bench import footprint, tax
 from deploy.bench.bench_export import export_rows, export_runs
 
 PER_CALL_TARGET = 0.8
@@ -139,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--starts", type=int, default=5, help="process starts per variant")
     p.add_argument("--no-check", action="store_true", help="do not fail on missed targets")
     p.add_argument(
+        "--footprint",
+        choices=("on", "off", "only"),
+        default="on",
+        help="the footprint table (peak RSS, start to first result, libraries; see footprint.py): "
+        "on (default), off, or only that table",
+    )
+    p.add_argument(
         "--tax",
         choices=("on", "off", "only"),
         default="on",
@@ -212,6 +223,11 @@ def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
 
     sample = work / "in.pt"
     _save_sample(sample)
+    if args.footprint != "off":
+        missed += _footprint_table(args, loader, ops, package, sample, work, env)
+        if args.footprint == "only":
+            print("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
+            return 1 if missed and not args.no_check else 0
     one_thread = env | {"OMP_NUM_THREADS": "1"}
     py = [sys.executable, "-c", PY_PER_CALL, package, str(sample), str(args.iters)]
     base = [loader, "--ops", ops, "--package", package, "--input", str(sample)]
@@ -286,6 +302,24 @@ def _run(args: argparse.Namespace, loader: str, ops: str, work: Path) -> int:
         missed += _tax_tables(args, ops, work, env, Path(package).parent)
     print("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
     return 1 if missed and not args.no_check else 0
+
+
+def _footprint_table(
+    args: argparse.Namespace, loader: str, ops: str, package: str, sample: Path, work: Path,
+    env: dict[str, str],
+) -> list[str]:  # fmt: skip
+    """The loader as built against the loader with libtorch.so, one run at batch 1 each start."""
+    cmd = [loader, "--ops", ops, "--package", package, "--input", str(sample),
+           "--output", str(work / "f.pt")]  # fmt: skip
+    ours = ("loader", cmd, env)
+    (probe,) = footprint.measure([ours], 0)
+    with_torch = env | {"LD_PRELOAD": footprint.libtorch_preload(probe.libraries)}
+    results = footprint.measure(
+        [ours, ("loader with libtorch.so (its link before)", cmd, with_torch)], args.starts
+    )
+    rows, missed = footprint.footprint_rows(results, baseline=results[1])
+    _print_table(f"footprint of one run at batch 1, {args.starts} starts per variant", rows)
+    return missed
 
 
 def _exporter() -> list[str]:

@@ -14,6 +14,11 @@
 # DIR's expected output: a fleet ships the bundle once, and weights files
 # afterwards. The loader checks that the weights file is for this package.
 #
+# LIBTORCH_LIB_DIR needs libtorch_cpu.so and libc10.so, not libtorch.so: a
+# CPU-only LibTorch works, and LibTorch's CUDA build loads none of its CUDA
+# libraries for a CPU package but the CUDA runtime and CUPTI, which its
+# libtorch_cpu.so NEEDs (pip's layout finds them; see BUNDLE_README.md).
+#
 # A linux-aarch64 bundle also needs libcudart.so.13 and libcupti.so.13 (the
 # aarch64 wheels nvidia-cuda-runtime and nvidia-cuda-cupti), which the torch
 # wheel's libtorch_cpu.so loads even for CPU work: in LIBTORCH_LIB_DIR, in

@@ -104,19 +104,35 @@ def real_cxx() -> str:
 COMPILE_LOG_ENV = "MY_OPS_COMPILE_LOG"
 
 
+# The LibTorch libraries a CPU package's model library links (and so NEEDs): never libtorch.so.
+CPU_PACKAGE_LIBTORCH_LIBRARIES = ("torch_cpu", "c10")
+
+
+def torch_library_dir() -> str:
+    """The folder of the running torch's shared libraries, which the model's link searches."""
+    from torch.utils import cpp_extension
+
+    return cpp_extension.TORCH_LIB_PATH
+
+
 def write_cxx_wrapper(bindir: str) -> tuple[str, str]:
     """Compiler wrapper for Inductor: the toolchain's sysroot, and a non-executable stack.
 
     Returns the wrapper's path (in `bindir`) and a description of the compiler
-    behind it. The file's content depends only on the toolchain, so a cached
-    folder keeps one path and one command line for Inductor's caches.
+    behind it. The file's content depends only on the toolchain and the torch
+    it links, so a cached folder keeps one path and one command line for
+    Inductor's caches.
 
     Inductor emits CPU constants as a .S file without a .note.GNU-stack
     section, so the linked .so asks for an executable stack and glibc >= 2.41
     refuses to dlopen it. --noexecstack on every assembler run and -z
     noexecstack on the shared link fixes that without the much slower
-    C++-array constant path (use_consts_asm_build=False). The linker flag must
+    C++-array constant path (use_consts_asm_build=False). The linker flags must
     not go on the precompiled-header step, which is not a link.
+
+    The shared link also gets LibTorch's library folder (-L), which Inductor
+    leaves out when it links no LibTorch library of its own choosing
+    (link_libtorch off: see inductor_options).
     """
     _, compile_flags, link_flags, what = _toolchain_compiler()
     real_path = real_cxx()
@@ -126,11 +142,13 @@ def write_cxx_wrapper(bindir: str) -> tuple[str, str]:
     name = "g++" if name.startswith("g++") else "clang++" if name.startswith("clang++") else name
     path = os.path.join(bindir, name)
     before = " ".join(shlex.quote(f) for f in compile_flags + link_flags)
-    run = f'{shlex.quote(real_path)} {before} "$@" -Wa,--noexecstack $link'
+    shared_link = shlex.quote(f"-L{torch_library_dir()}") + " -Wl,-z,noexecstack"
+    run = f'{shlex.quote(real_path)} {before} "$@" -Wa,--noexecstack'
     script = (
         "#!/bin/sh\n"
-        "link=\n"
-        'for a in "$@"; do [ "$a" = -shared ] && link="-Wl,-z,noexecstack"; done\n'
+        'for a in "$@"; do\n'
+        f'  if [ "$a" = -shared ]; then set -- "$@" {shared_link}; break; fi\n'
+        "done\n"
         f'[ -z "${COMPILE_LOG_ENV}" ] && exec {run}\n'
         "start=$(date +%s.%N)\n"
         f"{run}\n"
@@ -272,6 +290,14 @@ def inductor_options(
         # x86-64-v3 = AVX2/FMA: runs on any x86 CPU from the last ~10 years,
         # unlike the default which targets the build machine (often AVX-512).
         opts["cpp.simdlen"] = 256
+    if device == "cpu":
+        # The model calls LibTorch through its C shims, which libtorch_cpu.so defines. Inductor's
+        # own link line adds -ltorch, and libtorch.so NEEDs libtorch_cuda.so and with it the whole
+        # CUDA stack, which every CPU run would then load (hundreds of MB). With link_libtorch off
+        # Inductor links no LibTorch library but those custom_op_libs names; the compiler wrapper
+        # gives their folder. (A CUDA package needs libtorch_cuda.so and keeps Inductor's link.)
+        opts["aot_inductor.link_libtorch"] = False
+        opts["aot_inductor.custom_op_libs"] = list(CPU_PACKAGE_LIBTORCH_LIBRARIES)
     if device == "cuda":
         # Otherwise AOTI writes each kernel's cubin beside the model's .so and
         # loads it lazily from the package's extraction folder at first call,

@@ -8,12 +8,13 @@ The wheel's libraries find their CUDA dependencies through
 RPATH $ORIGIN/../../nvidia/<component>/lib, which assumes one site-packages
 tree, while rules_python unpacks each wheel into its own repository. So this
 repository lays torch and the nvidia wheels out as that one tree, with
-symlinks, and C++ binaries load libtorch from their runfiles copy of it
-(see torch_runtime_linkopts in the generated defs.bzl).
+symlinks, and C++ binaries load libtorch from a copy of that tree among the
+build's outputs (see torch_runtime_linkopts in the generated defs.bzl).
 """
 
 _BUILD = """\
 load("@rules_cc//cc:defs.bzl", "cc_import", "cc_library")
+load(":defs.bzl", "runtime_tree")
 
 package(default_visibility = ["//visibility:public"])
 
@@ -48,6 +49,16 @@ filegroup(
         _TORCH + "/lib/*.so*",
         _NVIDIA + "/*/lib/*.so*",
     ]),
+)
+
+# The same libraries, in the same layout, as build outputs
+# (bazel-bin/external/<this repository>/runtime/site-packages/...): where a
+# binary finds them relative to its own file, whether it was built as a
+# top-level target (which gets a runfiles tree) or as another target's data
+# (which does not).
+runtime_tree(
+    name = "runtime_tree",
+    srcs = [":runtime_libraries"],
 )
 
 [
@@ -88,6 +99,10 @@ cc_library(
 )
 
 # LibTorch for CPU code: {torch_cpu_doc}.
+# Linked by name from the merged tree (-L, -l), not through cc_import: Bazel
+# would put each library in a _solib folder of its own and name that folder
+# first in the binary's RUNPATH, and a libtorch_cpu.so loaded from there finds
+# neither its CUDA runtime dependencies nor libtorch_cuda.so ($ORIGIN-relative).
 # ld checks the symbols of libtorch's own dependencies (libcudart, libcupti,
 # ...) when it links an executable. It cannot find them through the wheel's
 # $ORIGIN RPATHs (under --sysroot it prefixes those with the sysroot), so
@@ -95,9 +110,14 @@ cc_library(
 cc_library(
     name = "torch_cpu",
     additional_linker_inputs = [":runtime_libraries"],
-    data = [":runtime_libraries"],
-    linkopts = ["-Wl,-rpath-link," + d for d in {rpath_link_dirs}],
-    deps = [":headers"] + [":lib" + lib for lib in {torch_cpu_libs}],
+    data = [
+        ":runtime_libraries",
+        ":runtime_tree",
+    ],
+    linkopts = ["-L" + {rpath_link_dirs}[0]] +
+               ["-l" + lib for lib in {torch_cpu_libs}] +
+               ["-Wl,-rpath-link," + d for d in {rpath_link_dirs}],
+    deps = [":headers"],
 )
 
 # LibTorch for CUDA code: adds c10_cuda, torch_cuda, cudart and the CUDA
@@ -127,20 +147,43 @@ _DEFS = """\
 TORCH_VERSION = "{version}"
 CXX11_ABI = {abi}
 
-# Where the runtime libraries sit in a binary's runfiles tree.
-RUNFILES_LIB_DIR = "{repo}/site-packages/torch/lib"
+# Where the runtime libraries sit among the build's outputs, from bazel-bin.
+RUNTIME_LIB_DIR = "external/{repo}/runtime/site-packages/torch/lib"
+
+def _runtime_tree_impl(ctx):
+    outputs = []
+    for src in ctx.files.srcs:
+        # Named after the file's path in this repository: the merged tree's layout, which the
+        # wheel's $ORIGIN-relative RPATHs assume.
+        out = ctx.actions.declare_file("runtime/" + src.owner.name)
+        ctx.actions.symlink(output = out, target_file = src)
+        outputs.append(out)
+    return [DefaultInfo(files = depset(outputs), runfiles = ctx.runfiles(files = outputs))]
+
+runtime_tree = rule(
+    implementation = _runtime_tree_impl,
+    doc = "Symlinks to files of this repository's root package, under runtime/ among the outputs.",
+    attrs = {{"srcs": attr.label_list(allow_files = True)}},
+)
 
 def torch_runtime_linkopts(binary_name):
-    \"\"\"linkopts that let a cc_binary or cc_test named binary_name find LibTorch in its runfiles.
+    \"\"\"linkopts that let a cc_binary or cc_test named binary_name, in the package being read, find LibTorch.
 
-    Bazel's own runpath entries point at _solib symlink folders that hold one
-    library each, where the wheel's $ORIGIN-relative RPATHs find nothing. An
-    old-style DT_RPATH on the binary also applies to the libraries it loads,
-    so their dependencies fall through to the runfiles copy of the merged tree.
+    The binary's RPATH names the runtime tree (:runtime_tree) relative to the
+    binary's own file ($ORIGIN, which the dynamic loader takes from the
+    resolved path of the executable). That holds under `bazel run`, under
+    `bazel test`, and when the binary is the data of a test, where Bazel makes
+    no runfiles tree beside it. Bazel's own runpath entries point at _solib
+    symlink folders that hold one library each, where the wheel's
+    $ORIGIN-relative RPATHs find nothing; an old-style DT_RPATH on the binary
+    also applies to the libraries it loads, so their dependencies fall through
+    to the runtime tree.
     \"\"\"
+    package = native.package_name()
+    depth = (len(package.split("/")) if package else 0) + binary_name.count("/")
     return [
         "-Wl,--disable-new-dtags",
-        "-Wl,-rpath,$$ORIGIN/" + binary_name + ".runfiles/" + RUNFILES_LIB_DIR,
+        "-Wl,-rpath,$$ORIGIN/" + "../" * depth + RUNTIME_LIB_DIR,
     ]
 """
 
@@ -215,9 +258,10 @@ def _libtorch_impl(rctx):
         rctx,
         _site_packages(rctx, rctx.attr.torch_wheel),
         [_site_packages(rctx, wheel) for wheel in rctx.attr.cuda_wheels],
-        # Kept for the x86-64 build's users: libtorch.so also loads
-        # libtorch_cuda, which registers the CUDA kernels.
-        ["torch", "torch_cpu", "c10"],
+        # libtorch.so NEEDs libtorch_cuda, and so the whole CUDA stack: a CPU
+        # run needs libtorch_cpu and c10 only, and the runtime loads
+        # libtorch_cuda for a CUDA package (load_cuda_backend).
+        ["torch_cpu", "c10"],
     )
 
 libtorch_repository = repository_rule(

@@ -73,6 +73,7 @@ def test_every_exit_code_keeps_its_documented_number() -> None:
         "integrity": 10,
         "not_base_architecture": 11,
         "accuracy": 12,
+        "no_cuda_backend": 13,
     }
 
 

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 #include <sys/sysmacros.h>
+#include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
 #include <algorithm>
 #include <cmath>
@@ -80,13 +81,28 @@ void load_op_libraries(const std::vector<VerifiedCopy>& libraries) {
 }
 
 void load_cuda_backend() {
+  // The process links libtorch_cpu.so and c10 only, so that a CPU run maps nothing of CUDA;
+  // libtorch_cuda.so (the CUDA model runner, ATen's CUDA kernels) comes from the folder of the
+  // libtorch_cpu.so this process runs on, by the path the dynamic loader found that one at: a
+  // symbolic link in it is kept, so libtorch_cuda.so's $ORIGIN-relative RPATH finds the CUDA
+  // libraries in the same tree (pip's layout).
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&aoti_torch_dtype_float32), &info) == 0 ||
+      info.dli_fname == nullptr) {
+    fail(kNoCudaBackend, "the package runs on CUDA, but the folder of libtorch_cpu.so is unknown");
+  }
+  const std::string cpu_library = info.dli_fname;
+  const std::string backend =
+      cpu_library.substr(0, cpu_library.rfind('/') + 1) + "libtorch_cuda.so";
   // RTLD_GLOBAL: the model .so that AOTI loads later resolves CUDA symbols through it.
-  if (::dlopen("libtorch_cuda.so", RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+  if (::dlopen(backend.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
     const char* err = ::dlerror();
-    std::string why = err ? err : "?";
-    fail(kOther, "the package runs on CUDA, but LibTorch's CUDA backend cannot be loaded (" +
-                     why.substr(0, why.find('\n')) +
-                     "): put LibTorch's CUDA libraries on the library path");
+    const std::string why = err ? err : "?";
+    // dlopen()'s text names the file.
+    fail(kNoCudaBackend,
+         "the package runs on CUDA, but this LibTorch's CUDA backend cannot be "
+         "loaded (a CPU-only LibTorch runs CPU packages only): " +
+             why.substr(0, why.find('\n')));
   }
 }
 

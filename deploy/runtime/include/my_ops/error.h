@@ -32,6 +32,7 @@ enum ExitCode : int {
   kIntegrity = 10,            // the package or a library does not match its manifest or signature
   kNotBaseArchitecture = 11,  // the exporter's alone: a model for another package's weights
   kAccuracy = 12,             // the exporter's alone: a quantized model too far from the float one
+  kNoCudaBackend = 13,        // a CUDA package on a LibTorch without its CUDA backend
 };
 
 class Error : public std::exception {
