@@ -89,7 +89,10 @@ def _cc_compiler_info_impl(ctx):
                     library_link_flags += ["-L" + _runfiles_path(so.dirname), "-l" + so.basename.removeprefix("lib").split(".so")[0]]
                     transitive.append(depset([so]))
             for flag in linker_input.user_link_flags:
-                # -Wl,-rpath-link,external/...: execroot paths, as runfiles ones.
+                # -Lexternal/... and -Wl,-rpath-link,external/...: execroot paths, as runfiles ones.
+                if flag.startswith("-Lexternal/"):
+                    library_link_flags.append("-L" + _runfiles_path(flag[2:]))
+                    continue
                 head, sep, path = flag.rpartition(",")
                 library_link_flags.append(head + sep + _runfiles_path(path) if path.startswith("external/") else flag)
         runfiles.append(dep[DefaultInfo].default_runfiles)

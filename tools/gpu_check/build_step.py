@@ -329,12 +329,12 @@ def plan_build(run: Run) -> BuildPlan:
     cxx_flags = ["-std=c++20", "-fPIC", *includes]
     lib = torch_dir / "lib"
     # DT_RPATH, not RUNPATH: it also covers the libraries they open, so a package's and the
-    # op library's torch dependencies resolve to this torch. torch_cuda stays although
-    # nothing calls it directly: a CUDA package needs it registered before it loads.
+    # op library's torch dependencies resolve to this torch. libtorch_cpu and c10 only, as in
+    # the Bazel build: the runtime loads libtorch_cuda.so from this folder for a CUDA package
+    # (load_cuda_backend), which the CUDA export's run through the loader checks.
     torch_link = [f"-L{lib}", "-Wl,--disable-new-dtags", f"-Wl,-rpath,{lib}", "-Wl,--no-as-needed"]
     torch_link += [f"-Wl,-rpath-link,{d}" for d in nvidia_lib_dirs()]
-    torch_link += ["-ltorch", "-ltorch_cpu", "-lc10"]
-    torch_link += ["-ltorch_cuda", "-lc10_cuda", "-Wl,--as-needed"] if cuda else ["-Wl,--as-needed"]
+    torch_link += ["-ltorch_cpu", "-lc10", "-Wl,--as-needed"]
     jobs: dict[str, list[str]] = {}
     cudart: list[str] = []
     if cuda:
