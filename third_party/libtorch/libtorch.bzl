@@ -147,8 +147,9 @@ _DEFS = """\
 TORCH_VERSION = "{version}"
 CXX11_ABI = {abi}
 
-# Where the runtime libraries sit among the build's outputs, from bazel-bin.
-RUNTIME_LIB_DIR = "external/{repo}/runtime/site-packages/torch/lib"
+# Where the runtime libraries sit among the build's outputs, from bazel-bin: torch/lib, then
+# the nvidia wheels' lib folders.
+RUNTIME_LIB_DIRS = {runtime_lib_dirs}
 
 def _runtime_tree_impl(ctx):
     outputs = []
@@ -174,16 +175,16 @@ def torch_runtime_linkopts(binary_name):
     resolved path of the executable). That holds under `bazel run`, under
     `bazel test`, and when the binary is the data of a test, where Bazel makes
     no runfiles tree beside it. Bazel's own runpath entries point at _solib
-    symlink folders that hold one library each, where the wheel's
-    $ORIGIN-relative RPATHs find nothing; an old-style DT_RPATH on the binary
-    also applies to the libraries it loads, so their dependencies fall through
-    to the runtime tree.
+    symlink folders that hold one library each (the CUDA libraries of
+    @libtorch//:torch_cuda), where the wheel's $ORIGIN-relative RPATHs find
+    nothing; an old-style DT_RPATH on the binary also applies to the libraries
+    it loads, so their dependencies fall through to the runtime tree's folders.
     \"\"\"
     package = native.package_name()
     depth = (len(package.split("/")) if package else 0) + binary_name.count("/")
-    return [
-        "-Wl,--disable-new-dtags",
-        "-Wl,-rpath,$$ORIGIN/" + "../" * depth + RUNTIME_LIB_DIR,
+    return ["-Wl,--disable-new-dtags"] + [
+        "-Wl,-rpath,$$ORIGIN/" + "../" * depth + d
+        for d in RUNTIME_LIB_DIRS
     ]
 """
 
@@ -251,7 +252,12 @@ def _lay_out(rctx, torch_site, nvidia_sites, torch_cpu_libs):
         torch_cpu_doc = " and ".join(torch_cpu_libs),
         torch_cpu_libs = repr(torch_cpu_libs),
     ))
-    rctx.file("defs.bzl", _DEFS.format(version = version, abi = abi, repo = rctx.name))
+    rctx.file("defs.bzl", _DEFS.format(
+        version = version,
+        abi = abi,
+        repo = rctx.name,
+        runtime_lib_dirs = repr(["external/{}/runtime/{}".format(rctx.name, d) for d in lib_dirs]),
+    ))
 
 def _libtorch_impl(rctx):
     _lay_out(
