@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -73,8 +74,6 @@ def _cuda_package(default_package: Path, folder: Path) -> Path:
 def test_cpu_libraries_are_all_the_programs_link(loader_bin, ops_library, default_package):
     # The link lines themselves: a file that NEEDs libtorch.so loads the CUDA stack wherever it
     # runs. (The package's model library is the one .so inside model.pt2.)
-    import zipfile
-
     with zipfile.ZipFile(default_package / "model.pt2") as package:
         (model,) = [n for n in package.namelist() if n.endswith(".so")]
         model_library = Path(os.environ["TEST_TMPDIR"]) / "model.so"
