@@ -1,10 +1,12 @@
-"""The deploy side of my_ops: export a model to an AOTInductor package from Python.
+"""The deploy side of my_ops: export a model to an AOTInductor package from Python, and load one.
 
-    from my_ops.deploy import export      # deploy.export in this repository
+    from my_ops.deploy import export, load  # deploy.export in this repository
     exported = export(model, (x,), "out")
+    compiled = load(exported.package)      # with the weights beside it
 
-`export`, `Exported` and `ExportError` come from the exporter (exporter/api.py), imported on
-first use: the rest of the package (the bundle tools, the benchmarks) does not need it.
+`export`, `Exported`, `ExportError`, `load` and `WeightsError` come from the exporter
+(exporter/api.py, exporter/loading.py), imported on first use: the rest of the package (the
+bundle tools, the benchmarks) does not need it.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ExportError", "Exported", "export"]
+__all__ = ["ExportError", "Exported", "WeightsError", "export", "load"]
 
 _EXPORTER = {
     "export": ".exporter.api",
     "Exported": ".exporter.api",
     "ExportError": ".exporter.errors",
+    "load": ".exporter.loading",
+    "WeightsError": ".exporter.loading",
 }
 
 

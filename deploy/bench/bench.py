@@ -54,6 +54,7 @@ STARTUP_TARGET = 0.3
 # "eager"): argv = package, inputs, calls[, eager]. Prints p50 and p99 in ms.
 PY_PER_CALL = """
 import sys, time, torch, my_ops
+from deploy.exporter.loading import load
 torch.set_num_threads(1)
 def p50_p99(fn, n):
     for _ in range(max(10, n // 10)):
@@ -71,14 +72,15 @@ if sys.argv[4:] == ["eager"]:
     with torch.no_grad():
         print(*p50_p99(lambda: m(*inputs), n))
 else:
-    m = torch._inductor.aoti_load_package(sys.argv[1])
+    m = load(sys.argv[1])
     print(*p50_p99(lambda: m(*inputs), n))
 """
 
 # Same work as `loader --package P --input I --output O`, for the start-up race.
 PY_FIRST_RESULT = """
 import sys, torch, my_ops
-m = torch._inductor.aoti_load_package(sys.argv[1])
+from deploy.exporter.loading import load
+m = load(sys.argv[1])
 inputs = torch.load(sys.argv[2])
 out = m(*inputs)
 torch.save(tuple(out) if isinstance(out, (list, tuple)) else (out,), sys.argv[3])

@@ -50,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from deploy.bench import real_models
+from deploy.bench import models_footprint, real_models
 from deploy.bench.model_worker import cpus_for
 from deploy.bench.timing_table import HEADER, PEERS, RUNNERS, Case, table
 from deploy.contract.command_line import NonEmptyValueParser
@@ -130,13 +130,14 @@ def export_packages(
     env: dict,
     quantize: str | None = None,
     ours_options: tuple[str, ...] | list[str] = (),
+    variants: tuple[str, ...] = real_models.VARIANTS,
 ) -> dict:
-    """Exports ours and Inductor's package of every case, with the exporter's `options` added
-    (and ``--quantize`` and `ours_options` to ours, ``--float-linear inductor`` to Inductor's
-    unless `options` say otherwise); returns {(case, variant): folder}."""
+    """Exports ours and Inductor's package (`variants`) of every case, with the exporter's
+    `options` added (and ``--quantize`` and `ours_options` to ours, ``--float-linear inductor``
+    to Inductor's unless `options` say otherwise); returns {(case, variant): folder}."""
     folders = {}
     for case in cases:
-        for variant in real_models.VARIANTS:
+        for variant in variants:
             name = real_models.name(case.model, variant, case.length)
             variant_options = list(options)
             if variant == "ours":
@@ -404,6 +405,44 @@ def time_case(
     return p50s
 
 
+def run_footprint(
+    cases: list[Case], exporter: list[str], args: argparse.Namespace, work: Path, env: dict, tools
+) -> list[str]:
+    """The footprint table (models_footprint.py) of each case; returns the targets missed."""
+    ours = export_packages(
+        cases, exporter, args.export_option, work, env, None, args.ours_option, ("ours",)
+    )
+    inside_options = [*args.ours_option, "--weights-inside"]
+    inside = export_packages(
+        cases, exporter, args.export_option, work, env, None, inside_options, ("ours",)
+    )
+    onnx = export_onnx(cases, work, env)
+    table, missed = [], []
+    for case in cases:
+        weights = models_footprint.weight_bytes(_original(case.model))
+        print(models_footprint.describe_weights(case.label, weights), flush=True)
+        package = ours[(case, "ours")]
+        cmds = models_footprint.commands(
+            package / "sample_input.pt",
+            package,
+            inside[(case, "ours")],
+            onnx[case],
+            tools,
+            models_footprint.scratch_for(work, case.label),
+        )
+        rows, model_missed = models_footprint.measure_model(
+            case.label, cmds, env, args.starts, weights
+        )
+        table += rows
+        missed += model_missed
+    print_table(
+        f"footprint of one run, {args.starts} starts per runner in turns",
+        models_footprint.HEADER,
+        table,
+    )
+    return missed
+
+
 def print_table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     print(f"\n{title}")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -478,8 +517,24 @@ def main(argv: list[str] | None = None) -> int:
         help="export our package with --quantize SCHEME and run ONNX Runtime's and ExecuTorch's "
         "recipes for the same scheme (default: all float)",
     )
+    p.add_argument(
+        "--footprint",
+        action="store_true",
+        help="instead of the timings: the footprint of one run of each model at its first "
+        "length, ours against ONNX Runtime's process (see models_footprint.py)",
+    )
+    p.add_argument(
+        "--starts",
+        type=int,
+        default=3,
+        help="with --footprint: starts per runner, in turns (default: %(default)s)",
+    )
     p.add_argument("--no-check", action="store_true", help="exit 0 even when a target is missed")
     args = p.parse_args(argv)
+    if args.footprint and args.quantize:
+        p.error("--footprint measures the float packages; leave out --quantize")
+    if args.starts < 1:
+        p.error("--starts must be >= 1")
     try:
         models = _csv(args.models, "--models", real_models.MODELS)
         lengths = _csv(args.lengths, "--lengths", real_models.LENGTHS, int)
@@ -518,6 +573,14 @@ def main(argv: list[str] | None = None) -> int:
     user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
     work = Path(os.path.join(user_cwd, args.work)).resolve()
     work.mkdir(parents=True, exist_ok=True)
+
+    if args.footprint:
+        missed = run_footprint(
+            [Case(m, lengths[0]) for m in models], exporter, args, work, env, tools
+        )
+        if missed:
+            print("MISSED: " + "; ".join(missed), flush=True)
+        return 1 if missed and not args.no_check else 0
 
     cases = [Case(m, n) for m in models for n in lengths]
     folders = export_packages(

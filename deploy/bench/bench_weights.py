@@ -1,8 +1,8 @@
 """tools/bazel run //deploy:bench_weights: what shipping only the weights saves.
 
 For the default model and a larger one (weights_models.py, about 25 MB of float32 weights) it
-exports the package twice, with the weights inside the model's .so (the default) and beside it
-(Inductor's package_constants_in_so=False, "binary_blob"), and a weights file for each from
+exports the package twice, with the weights beside it (the default: weights.bin, which the
+runtime maps) and inside the model's .so (--weights-inside), and a weights file for each from
 another training run (export --weights-only). Then it prints:
 
   sizes    the package (model.pt2) against the weights file (weights.bin + weights.json);
@@ -27,13 +27,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-# The weights beside the model's .so, in one file of the package, instead of inside it.
-BLOB_OPTIONS = (
-    "--inductor-option",
-    "aot_inductor.package_constants_in_so=False",
-    "--inductor-option",
-    "aot_inductor.package_constants_on_disk_format=binary_blob",
-)
+# The weights inside the model's .so, where a CPU package's go beside it by default.
+INSIDE_OPTIONS = ("--weights-inside",)
 MODELS = {
     "default": ("deploy.default_model:make_model", "deploy.default_model:make_retrained_model"),
     "large": ("deploy.bench.weights_models:large", "deploy.bench.weights_models:retrained"),
@@ -112,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for model in models:
             original, retrained = MODELS[model]
-            for layout, extra in (("in the .so", ()), ("beside the .so", BLOB_OPTIONS)):
+            for layout, extra in (("beside the package", ()), ("in the .so", INSIDE_OPTIONS)):
                 tag = f"{model}, weights {layout}"
                 package = work / f"{model}-{len(extra)}"
                 weights = work / f"{model}-{len(extra)}-weights"
@@ -122,11 +117,14 @@ def main(argv: list[str] | None = None) -> int:
                 args_w = ["--weights-only", "--base", str(package), "--model", retrained]
                 _export(exporter, [*args_w, "--out", str(weights)], env, f"{tag}: weights file")
                 timed = _time(timer, ops, package, weights, args.rounds, args.calls)
+                # The package's bytes include the weights beside it, where they are.
+                beside = package / "weights.bin"
                 rows.append(
                     Row(
                         model,
                         layout,
-                        (package / "model.pt2").stat().st_size,
+                        (package / "model.pt2").stat().st_size
+                        + (beside.stat().st_size if beside.exists() else 0),
                         (weights / "weights.bin").stat().st_size
                         + (weights / "weights.json").stat().st_size,
                         *timed,

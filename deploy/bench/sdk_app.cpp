@@ -2,6 +2,8 @@
 // shared library (libmy_ops_deploy.so), as the SDK's example is, it times Model::run the way
 // `loader --bench` times its runs, and prints the same line.
 //   sdk_app --ops LIB --package P --input I --bench N
+// --bench 0 runs the model once, as the loader does without --bench: the footprint tables time a
+// start to its first result.
 
 #include <chrono>
 #include <cstdio>
@@ -19,7 +21,7 @@ using my_ops::loader::percentile;
 int main(int argc, char** argv) {
   my_ops::deploy::OpenOptions options;
   std::string input;
-  long calls = 0;
+  long calls = -1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--ops") {
@@ -37,7 +39,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (argc % 2 == 0 || options.package.empty() || input.empty() || calls < 1) {
+  if (argc % 2 == 0 || options.package.empty() || input.empty() || calls < 0) {
     std::cerr
         << "usage: sdk_app --ops LIB --package P --input I --bench N [--intra-op-threads I]\n";
     return 2;
@@ -45,6 +47,11 @@ int main(int argc, char** argv) {
   try {
     const my_ops::deploy::Model model = my_ops::deploy::Model::open(options);
     const std::vector<at::Tensor> inputs = model.prepare(my_ops::deploy::read_tensors(input));
+    if (calls == 0) {
+      model.run(inputs);
+      std::printf("runs 1\n");
+      return 0;
+    }
     // Warm-up, as the loader's: first runs pay for lazy initialisation.
     for (int i = 0; i < 3; ++i) model.run(inputs);
     std::vector<double> latencies;

@@ -56,8 +56,9 @@ ISAS = ("portable", "native")
 # theirs, input, calls, rounds, block. Prints one "ours theirs" line per round.
 PY_PAIRS = """
 import sys, time, torch, my_ops
+from deploy.exporter.loading import load
 torch.set_num_threads(1)
-models = [torch._inductor.aoti_load_package(p) for p in sys.argv[1:3]]
+models = [load(p) for p in sys.argv[1:3]]
 inputs = torch.load(sys.argv[3])
 n, rounds, block = int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 clock = time.perf_counter

@@ -134,4 +134,35 @@ def check_export(files: dict[str, Path], ops: Path) -> dict[str, Any]:
     for path in [*files.values(), ops]:
         if not path.is_file():
             raise BundleError(f"missing {path}")
-    return check_against_manifest(files["manifest.json"], files["model.pt2"], ops, terms)
+    manifest = check_against_manifest(files["manifest.json"], files["model.pt2"], ops, terms)
+    check_weights_beside(files, manifest)
+    return manifest
+
+
+def check_weights_beside(files: dict[str, Path], manifest: dict[str, Any]) -> None:
+    """weights.bin and weights.json come together, for the package beside them, as the loader
+    checks them: a CPU package's export writes them, and the package holds no weights itself."""
+    present = [name for name in ("weights.bin", "weights.json") if name in files]
+    if not present:
+        return
+    if len(present) == 1:
+        other = "weights.json" if present == ["weights.bin"] else "weights.bin"
+        raise BundleError(f"{present[0]} of the export without {other}: ship both, or neither")
+    try:
+        weights = json.loads(files["weights.json"].read_text())
+        names, blob = weights["package"]["sha256"], weights["blob"]["sha256"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise BundleError(f"{files['weights.json']} is not a weights manifest: {e}") from e
+    if names != manifest["package"]["sha256"]:
+        raise BundleError(
+            f"{files['weights.json']} is for another package than {files['model.pt2']}; the "
+            "loader would refuse it (use the export's own files)",
+            EXIT_MISMATCH,
+        )
+    got = sha256(files["weights.bin"])
+    if got != blob:
+        raise BundleError(
+            f"{files['weights.bin']} does not match {files['weights.json']}: sha256 {got}, the "
+            f"manifest has {blob}; the loader would refuse it (use the export's own files)",
+            EXIT_MISMATCH,
+        )

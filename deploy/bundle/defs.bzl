@@ -7,7 +7,6 @@ load("@rules_pkg//pkg:tar.bzl", "pkg_tar")
 load(
     "//deploy/contract:export_files.bzl",
     "EXPORT_FILES",
-    "OPTIONAL_EXPORT_FILES",
     "OPTIONAL_WEIGHTS_FILES",
     "WEIGHTS_FILES",
 )
@@ -36,7 +35,11 @@ def _run_exporter(ctx, args, inputs, outs, **kwargs):
 def _export_package_impl(ctx):
     names = list(EXPORT_FILES)
     if ctx.file.signing_key:
-        names += OPTIONAL_EXPORT_FILES
+        names.append("manifest.sig")
+    if ctx.attr.weights_beside:
+        names += [n for n in WEIGHTS_FILES if n.startswith("weights.")]
+        if ctx.file.signing_key:
+            names += OPTIONAL_WEIGHTS_FILES
     outs = _declare_in_folder(ctx, names)
     args = ctx.actions.args()
     args.add("--out", outs[0].dirname)
@@ -75,6 +78,12 @@ export_package = rule(
         "signing_key": attr.label(
             allow_single_file = True,
             doc = "Ed25519 private key for --signing-key; the package then includes manifest.sig.",
+        ),
+        "weights_beside": attr.bool(
+            default = True,
+            doc = "Whether the export writes its weights beside the package (weights.bin, " +
+                  "weights.json): a CPU package for this machine's architecture that is not " +
+                  "frozen (--mode max-autotune). False for the others, which hold their weights.",
         ),
         "_asan": attr.label(default = "//tools/cc:asan"),
     },
@@ -142,7 +151,8 @@ def _signed_copy_impl(ctx):
     names = [f.basename for f in ctx.files.package]
     if "manifest.sig" in names:
         fail("{}: {} is signed already".format(ctx.label, ctx.attr.package.label))
-    outs = _declare_in_folder(ctx, names + ["manifest.sig"])
+    signatures = ["manifest.sig"] + (OPTIONAL_WEIGHTS_FILES if "weights.json" in names else [])
+    outs = _declare_in_folder(ctx, names + signatures)
     args = ctx.actions.args()
     args.add(outs[0].dirname)
     args.add(ctx.file.signing_key)

@@ -23,7 +23,10 @@ Entries:
   weights           format: weights.json's "format", the one the loader reads;
                     alignment: the byte multiple at which each tensor starts
                     in weights.bin; files: what a weights export
-                    (export --weights-only) writes, required and optional.
+                    (export --weights-only) writes, required and optional;
+                    metadata_key: the package metadata entry of a package
+                    compiled without its weights, which lists the constants
+                    it takes ({name: [dtype, shape]}, JSON).
   exit_codes        codes: every program's exit statuses, one row per number:
                     name (the Python tools' key, and my_ops/error.h's
                     enumerator: usage is kUsage), code, and meaning (one
@@ -123,6 +126,7 @@ class Contract:
     optional_export_files: tuple[str, ...] = ()
     weights_format: str = ""
     weights_alignment: int = 64
+    weights_metadata_key: str = ""
     weights_files: tuple[str, ...] = ()
     optional_weights_files: tuple[str, ...] = ()
     exit_codes: tuple[ExitCode, ...] = ()
@@ -224,8 +228,11 @@ def parse(data: Any, path: str) -> Contract:
         for needed in ("model.pt2", "manifest.json", "architecture.json"):
             if needed not in required:
                 raise ContractError(f"export_files.required must list {needed}")
-        weights = _members(top["weights"], "weights", {"format", "alignment", "files"}, {"why"})
+        weights = _members(
+            top["weights"], "weights", {"format", "alignment", "files", "metadata_key"}, {"why"}
+        )
         weights_fmt = _string(weights["format"], "weights.format", _LITERAL)
+        weights_key = _string(weights["metadata_key"], "weights.metadata_key", _LITERAL)
         alignment = weights["alignment"]
         # A power of two: the loader checks offsets with a mask.
         if type(alignment) is not int or alignment < 8 or alignment & (alignment - 1):
@@ -266,6 +273,7 @@ def parse(data: Any, path: str) -> Contract:
         optional,
         weights_fmt,
         alignment,
+        weights_key,
         weights_required,
         weights_optional,
         exit_codes,
@@ -350,6 +358,9 @@ def cc_header(contract: Contract, source: str = "deploy/contract/package_contrac
         "starts.",
         f'inline constexpr char kWeightsFormat[] = "{contract.weights_format}";',
         f"inline constexpr unsigned kWeightsAlignment = {contract.weights_alignment};",
+        "// The package metadata entry of a package compiled without its weights: the constants",
+        "// it takes, {name: [dtype, shape]}.",
+        f'inline constexpr char kWeightsMetadataKey[] = "{contract.weights_metadata_key}";',
         "// The dtypes an input signature may name, as c10::toString names them.",
         "inline constexpr const char* kInputDtypes[] = {"
         + ", ".join(f'"{v}"' for v in contract.input_dtypes.values())

@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _only(lambda: generate_key(folder))
         assert opts.sign is not None and opts.signing_key is not None
         sign, key = opts.sign, opts.signing_key
-        return _only(lambda: [sign_export(sign, load_signing_key(key))])
+        return _only(lambda: sign_export(sign, load_signing_key(key)))
     t0 = time.perf_counter()
     try:
         times = run(opts)

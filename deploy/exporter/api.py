@@ -63,6 +63,7 @@ def export(
     mode: str | None = None,
     inductor_options: Mapping[str, Any] | None = None,
     c_shims: bool = True,
+    weights_inside: bool = False,
     cache: bool = True,
     cache_dir: str | os.PathLike[str] | None = None,
     cache_max_mb: int = DEFAULT_MAX_MB,
@@ -84,15 +85,15 @@ def export(
     batch 1, 7 and `max_batch` with inputs from `make_inputs(batch)`, else random ones shaped
     like `example_inputs` with dim 0 set to the batch, within `atol`/`rtol`. `out` is replaced
     as a whole and must be new, empty or a previous export; nothing is touched otherwise.
-    `device`, `target`, `isa`, `mode`, `c_shims`, `cache_dir`, `cache_max_mb`, `signing_key`
-    and `profile_compile` are the flags of the same names (`my-ops-export --help`); `cache`
-    False is --no-cache; `inductor_options` maps torch._inductor.config keys to Python
-    literals. With `base` (a previous export's folder), only a weights file for its package
-    is written (--weights-only). `quantize` ("int8" or "int4"), `quantize_skip` and
-    `min_cosine` are --quantize, --quantize-skip and --min-cosine; `quantize_group_size` is
-    int4's group size (a multiple of 32). The model itself is left float: the export
-    quantizes a copy. `float_linear` ("packed" or "inductor") is --float-linear;
-    `smooth_alpha` is --smooth-alpha.
+    `device`, `target`, `isa`, `mode`, `c_shims`, `weights_inside`, `cache_dir`,
+    `cache_max_mb`, `signing_key` and `profile_compile` are the flags of the same names
+    (`my-ops-export --help`); `cache` False is --no-cache; `inductor_options` maps
+    torch._inductor.config keys to Python literals. With `base` (a previous export's folder),
+    only a weights file for its package is written (--weights-only). `quantize` ("int8" or
+    "int4"), `quantize_skip` and `min_cosine` are --quantize, --quantize-skip and
+    --min-cosine; `quantize_group_size` is int4's group size (a multiple of 32). The model
+    itself is left float: the export quantizes a copy. `float_linear` ("packed" or
+    "inductor") is --float-linear; `smooth_alpha` is --smooth-alpha.
 
     The model's training flag, the process's environment variables, temporary folder,
     loggers and Inductor settings are as they were on return; a `device="cuda"` export moves
@@ -130,6 +131,7 @@ def export(
         mode=mode,
         inductor_options=_inductor_items(inductor_options),
         c_shims=bool(c_shims),
+        weights_inside=bool(weights_inside),
         cache=(
             CacheOptions(
                 folder=_path("cache_dir", cache_dir or default_cache_dir()),

@@ -161,6 +161,14 @@ def argument_parser() -> argparse.ArgumentParser:
         "has them for)",
     )
     p.add_argument(
+        "--weights-inside",
+        action="store_true",
+        help="keep a CPU package's weights inside it, one file, as AOTInductor does by "
+        "default (default: beside it, weights.bin and weights.json, which the loader maps: a "
+        "run then holds them once, where one with them inside holds them twice). CUDA, "
+        "--target and --mode max-autotune packages always hold theirs",
+    )
+    p.add_argument(
         "--cache-dir",
         default=None,
         metavar="DIR",
@@ -312,6 +320,7 @@ def parse_args(argv: Sequence[str] | None) -> Options | KeyCommand:
         mode=args.mode,
         inductor_options=tuple(args.inductor_option),
         c_shims=not args.no_c_shims,
+        weights_inside=args.weights_inside,
         cache=cache,
         profile_compile=args.profile_compile,
         signing_key=user_path(args.signing_key),

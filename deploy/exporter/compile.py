@@ -382,12 +382,44 @@ def frozen(options: dict[str, Any]) -> bool:
     return bool(options.get("freezing", config.freezing))
 
 
+def weights_beside(device: str, cross: bool, options: dict[str, Any]) -> bool:
+    """Whether a package compiled with these inductor_configs can leave its weights out, for
+    the runtime to map from weights.bin beside it.
+
+    A CUDA package's weights go to the device, where the copy is the one that counts; a frozen
+    one's are prepacked under Inductor's names; a cross target's C++ is compiled here with the
+    weights as an object file of its own (cross.py).
+    """
+    return device == "cpu" and not cross and not frozen(options)
+
+
+def without_weights(options: dict[str, Any], metadata: str) -> dict[str, Any]:
+    """`options` for a package compiled without its weights, whose metadata lists the constants
+    it takes (weights.weights_metadata)."""
+    entries = dict(options.get("aot_inductor.metadata") or {})
+    entries[load_contract().weights_metadata_key] = metadata
+    return options | {
+        "aot_inductor.package_constants_in_so": False,
+        "aot_inductor.metadata": entries,
+    }
+
+
 _MISSING = object()
 
 
-# What the exporter derives from the op library (c_shims.py): a user's value would make the
-# package call functions the manifest does not name.
-EXPORTER_OWNED_OPTIONS = frozenset({"aot_inductor.custom_ops_to_c_shims"})
+# What the exporter sets itself, and why a user's value would break the package: the C shims
+# it derives from the op library (c_shims.py), which the manifest names; where the weights go,
+# which decides the files it writes.
+EXPORTER_OWNED_OPTIONS = {
+    "aot_inductor.custom_ops_to_c_shims": (
+        "the exporter sets this one from the op library (pass {off} to call the ops through the "
+        "ProxyExecutor)"
+    ),
+    "aot_inductor.package_constants_in_so": (
+        "the exporter sets this one: a CPU package keeps its weights in weights.bin beside it, "
+        "others inside it"
+    ),
+}
 
 
 def parse_inductor_options(items: list[str], name: str = "--inductor-option") -> dict[str, Any]:
@@ -405,10 +437,7 @@ def parse_inductor_options(items: list[str], name: str = "--inductor-option") ->
             raise ValueError(f"{name} must be KEY=VALUE, got {item!r}")
         if key in EXPORTER_OWNED_OPTIONS:
             off = "--no-c-shims" if name.startswith("--") else "c_shims=False"
-            raise ValueError(
-                f"{name} {key}: the exporter sets this one from the op library "
-                f"(pass {off} to call the ops through the ProxyExecutor)"
-            )
+            raise ValueError(f"{name} {key}: " + EXPORTER_OWNED_OPTIONS[key].format(off=off))
         node: Any = config
         for part in key.split("."):
             node = getattr(node, part, _MISSING)

@@ -52,6 +52,8 @@ class Options:
     mode: str | None = None  # compile.MODES; None: DEFAULT_MODE
     inductor_options: tuple[str, ...] = ()  # KEY=VALUE, parsed once the export has started
     c_shims: bool = True  # call the op library's C shims, not the ProxyExecutor
+    # Keep the weights inside the package, where a CPU package's go beside it (weights.bin).
+    weights_inside: bool = False
     cache: CacheOptions | None = None  # None: no cache
     profile_compile: bool = False
     signing_key: str | None = None  # absolute

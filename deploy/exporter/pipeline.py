@@ -6,6 +6,11 @@ published.
 
 Outputs (in --out, default $BUILD_WORKSPACE_DIRECTORY/out or ./out):
   model.pt2            AOTInductor package
+  weights.bin          a CPU package's weights, which it does not hold itself
+  weights.json         (unless --weights-inside, --mode max-autotune or another
+  weights.sig          --target): the weights-file format of weights.py, which
+                       the runtime maps, so that a run holds each weight once;
+                       weights.sig with --signing-key
   sample_input.pt      torch.save'd tuple of input tensors
   expected_output.pt   torch.save'd tuple of eager outputs for sample_input.pt
                        (a quantized package's own, see Quantization)
@@ -34,7 +39,8 @@ DIR/public_key.pem, or neither when one of them exists. --signing-key also
 takes a key from `openssl genpkey -algorithm ed25519` or a raw 32-byte seed.
 --sign DIR --signing-key KEY signs an existing export in place, on the
 machine that holds the key: it writes DIR/manifest.sig only when
-DIR/manifest.json describes the model.pt2 beside it.
+DIR/manifest.json describes the model.pt2 beside it, and DIR/weights.sig when
+DIR/weights.json is for that package.
 
 --out is replaced as a whole, so it must be new, empty, or a previous export:
 nothing but the files above, with a manifest.json written by this tool. Any
@@ -109,6 +115,8 @@ from .compile import (
     parse_inductor_options,
     prefer_cpp_gemm_template,
     prefers_cpp_gemm_template,
+    weights_beside,
+    without_weights,
     write_cxx_wrapper,
 )
 from .environment import ScopedEnvironment, forget_inductor_paths
@@ -119,6 +127,7 @@ from .errors import (
     ExportError,
     first_line,
 )
+from .hashing import sha256_file
 from .model import as_tuple, load_factory, make_spec, to_device
 from .options import DEFAULT_MIN_COSINE, CacheOptions, Options, checked, flag
 from .output import check_out, missing_folders, publish, remove_empty, remove_work
@@ -134,6 +143,7 @@ from .weights import (
     program_custom_objects,
     read_base,
     weights_architecture,
+    weights_metadata,
     write_architecture,
     write_weights,
 )
@@ -465,6 +475,14 @@ def _export_package(
         | mode_options(opts.mode)
         | extra_options
     )
+    # The weights, where they go beside the package: the constants the package takes.
+    beside: dict[str, Any] | None = None
+    if not opts.weights_inside and weights_beside(opts.device, build.cross, options):
+        constants = program_constants(ep)
+        metadata = weights_metadata(constants)
+        if metadata is not None:
+            beside = constants
+            options = without_weights(options, metadata)
     gemm_template_first = prefers_cpp_gemm_template(opts.mode)
     package_key = keys.package(options, inductor_config(), gemm_template_first) if keys else None
     cached = cache.get_package(package_key) if cache and package_key else None
@@ -494,6 +512,7 @@ def _export_package(
         options,
         lambda name, note=None: _stage(name, times, note),
         accuracy,
+        beside,
     )
     sample = verified.sample
     # Only a package that passed verify (or, for a cross target, was
@@ -513,6 +532,8 @@ def _export_package(
     torch.save(expected, os.path.join(stage, "expected_output.pt"))
     calls = package_calls(ep, shims.calls)
     write_architecture(stage, package, ep, frozen=frozen(options), held=verified.constant_names)
+    if beside is not None:
+        _write_weights_beside(stage, package, ep, signing_key, verified.constant_names, times)
     build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls, quantization)
 
 
@@ -562,6 +583,25 @@ def _export_weights(
             f"{len(mine['constants'])} constants and {len(mine['custom_objects'])} custom "
             f"objects for package {package['sha256'][:16]}..." + (f", {figures}" if figures else "")
         )
+
+
+def _write_weights_beside(
+    stage: str,
+    package: str,
+    ep: Any,
+    signing_key: Any,
+    held: tuple[str, ...],
+    times: dict[str, float],
+) -> None:
+    """weights.bin, weights.json (and weights.sig) for a package compiled without its weights:
+    the constants it holds by their names in it, and the custom objects' state."""
+    said: list[str] = []
+    with _stage("weights", times, lambda: said[0]):
+        left_out = [name for name in program_constants(ep) if name not in held]
+        described = {"file": os.path.basename(package), "sha256": sha256_file(package)}
+        write_weights(stage, ep, described, signing_key, left_out)
+        size = os.path.getsize(os.path.join(stage, "weights.bin"))
+        said.append(f"{len(held)} constants beside the package, weights.bin {size / 2**20:.1f} MiB")
 
 
 def _open_cache(opts: CacheOptions | None) -> Cache | None:

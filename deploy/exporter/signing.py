@@ -1,8 +1,10 @@
-"""Ed25519 keys and signatures: manifest.sig over manifest.json's exact bytes."""
+"""Ed25519 keys and signatures: manifest.sig over manifest.json's exact bytes, weights.sig over
+weights.json's."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from typing import Any
@@ -11,23 +13,45 @@ from .errors import ExportError
 from .manifest import described_package
 
 
-def sign_export(folder: str, signing_key: Any) -> str:
-    """Write folder/manifest.sig for the manifest.json of an existing export; returns its path.
+def sign_export(folder: str, signing_key: Any) -> list[str]:
+    """Write folder/manifest.sig for the manifest.json of an existing export, and
+    folder/weights.sig for the weights.json beside it where there is one; returns their paths.
 
     For signing on another machine than the one that exported (a release step
     that holds the key). Only a manifest that vouches for the package beside
-    it is signed (described_package). manifest.sig is replaced by a rename, so
-    a reader sees the old signature or the new one.
+    it is signed (described_package), and only a weights manifest for that
+    package. Each signature is replaced by a rename, so a reader sees the old
+    signature or the new one.
     """
-    data, _ = described_package(folder)
-    signature_path = os.path.join(folder, "manifest.sig")
+    data, package = described_package(folder)
+    signed = [_write_signature(folder, "manifest.sig", signing_key.sign(data))]
+    weights_path = os.path.join(folder, "weights.json")
     try:
-        fd, staged = tempfile.mkstemp(dir=folder, prefix=".manifest.sig.")
+        with open(weights_path, "rb") as f:
+            weights = f.read()
+    except FileNotFoundError:
+        return signed
+    except OSError as e:
+        raise ExportError(f"cannot read {weights_path}: {e.strerror}") from e
+    try:
+        names = json.loads(weights)["package"]["sha256"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ExportError(f"{weights_path} is not a weights manifest") from e
+    if names != package["sha256"]:
+        raise ExportError(f"{weights_path} is for another package than the one beside it")
+    signed.append(_write_signature(folder, "weights.sig", signing_key.sign(weights)))
+    return signed
+
+
+def _write_signature(folder: str, name: str, signature: bytes) -> str:
+    signature_path = os.path.join(folder, name)
+    try:
+        fd, staged = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
     except OSError as e:
         raise ExportError(f"cannot write in {folder}: {e.strerror}") from e
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(signing_key.sign(data))
+            f.write(signature)
         os.chmod(staged, 0o644)
         os.replace(staged, signature_path)
     except BaseException as e:

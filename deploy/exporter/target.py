@@ -75,12 +75,15 @@ class HostBuild:
         options: dict[str, Any],
         stage: Stage,
         accuracy: Accuracy | None = None,
+        weights: dict[str, Any] | None = None,
     ) -> Verified:
         # Loading the package checks the host's vector ISA against the package's, by the
         # same probe.
         verified: list[Verified] = []
         with stage("verify", lambda: verified[0].note), _known_vec_isa(options):
-            verified.append(verify(spec, module, package, max_batch, device, options, accuracy))
+            verified.append(
+                verify(spec, module, package, max_batch, device, options, accuracy, weights)
+            )
         return verified[0]
 
     def write_manifest(
@@ -139,6 +142,7 @@ class CrossBuild:
         options: dict[str, Any],
         stage: Stage,
         accuracy: Accuracy | None = None,
+        weights: dict[str, Any] | None = None,
     ) -> Verified:
         print(
             f"verify  ... skipped: a {self.target.name} package cannot run on this machine",

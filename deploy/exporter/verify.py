@@ -135,9 +135,13 @@ def verify(
     device: str,
     options: dict[str, Any] | None = None,
     accuracy: Accuracy | None = None,
+    weights: dict[str, Any] | None = None,
 ) -> Verified:
     """Compare the package with `module` in eager at each verify batch (a quantized package:
     with `accuracy`'s float model, by its gate).
+
+    `weights`: for a package compiled without its weights, the program's constants, of which it
+    is given those it holds, as the runtime gives them: the tensors themselves, not copies.
 
     `options` are the Inductor options the package was compiled with. Loading
     checks the CPU's vector ISA by compiling a test program; under the same
@@ -151,6 +155,9 @@ def verify(
     try:
         with torch._inductor.config.patch(options or {}):
             compiled = torch._inductor.aoti_load_package(package)
+        if weights is not None:
+            held = {name: weights[name] for name in compiled.get_constant_fqns()}
+            compiled.load_constants(held, check_full_update=True, user_managed=True)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"cannot load the compiled package: {first_line(e)}") from e
     sample: tuple[Any, ...] = ()

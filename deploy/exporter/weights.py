@@ -37,6 +37,15 @@ writes into OUT:
                       outputs on them, for `loader --weights ... --expect`.
 The C++ loader (--weights) and the deploy API (Model::update_weights) check
 all of it before a byte of the new values reaches the model.
+
+A package export writes the same three files beside model.pt2 when the
+package is compiled without its weights (Inductor's
+aot_inductor.package_constants_in_so off): a CPU package for this machine's
+architecture whose constants a weights file can hold, unless frozen. Its
+metadata (weights_metadata) lists every constant's dtype and shape; the
+runtime maps weights.bin and hands the model tensors on the mapping, so that
+a run holds each weight once, where a package with its weights inside holds
+them twice (AOTInductor copies them out of the model's library).
 """
 
 from __future__ import annotations
@@ -95,6 +104,21 @@ def program_constants(ep: Any) -> dict[str, Any]:
             raise ExportError(f"constant {fqn} of the program is a {type(value).__name__}")
         found[fqn] = value.detach()
     return dict(sorted(found.items()))
+
+
+def weights_metadata(constants: dict[str, Any]) -> str | None:
+    """The value of the package metadata entry (the contract's weights.metadata_key) of a package
+    compiled without its weights: {name: {"dtype", "shape"}} of every constant of the program,
+    which the runtime checks a weights file's tensors against before it maps them. None where a
+    constant cannot be in a weights file (a dtype the contract lacks, or not contiguous, as the
+    package's code would then read it with other strides): such a package keeps its weights."""
+    specs: dict[str, Any] = {}
+    for name, t in constants.items():
+        listed = str(t.dtype).removeprefix("torch.") in load_contract().input_dtypes
+        if not listed or not t.is_contiguous():
+            return None
+        specs[name] = _tensor_spec(t, None)
+    return json.dumps(specs, separators=(",", ":"), sort_keys=True)
 
 
 def _same_tensor(a: Any, b: Any) -> bool:

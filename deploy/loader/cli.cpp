@@ -57,14 +57,19 @@ the current folder (under `bazel run`, to the folder it was started from).
                     KEY: a PEM public key (export --generate-key writes one)
                     or the raw 32 bytes.
   --no-verify       skip the manifest check (prints a warning): runs code
-                    that nobody vouched for.
+                    that nobody vouched for. The weights beside the package
+                    are then taken for it too, if they fit it.
   --weights FILE    run the package with the weights of FILE, a weights.bin
                     that `export --weights-only` wrote for this package, in
-                    place of those it was exported with. Its manifest must
-                    name this package (by sha256) and FILE's sha256, and hold
-                    every constant and custom-object tensor of the package
-                    with its dtype and shape; with --public-key it must be
-                    signed too (.json -> .sig beside it). Exit 10 otherwise.
+                    place of those it was exported with. A CPU package's
+                    export writes its weights beside it (weights.bin,
+                    weights.json), which the package itself does not hold:
+                    without --weights they are taken from beside it. The
+                    manifest must name this package (by sha256) and FILE's
+                    sha256, and hold every constant and custom-object tensor
+                    of the package with its dtype and shape; with
+                    --public-key it must be signed too (.json -> .sig beside
+                    it). Exit 10 otherwise. The weights are mapped, not read.
   --weights-manifest FILE  the manifest of --weights (default: weights.json
                     beside it).
   --expect FILE     compare outputs with this torch.save file (allclose);

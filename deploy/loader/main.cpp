@@ -53,6 +53,8 @@ deploy::OpenOptions open_options(const Options& opt) {
   options.max_unpacked_bytes = opt.max_unpacked_mib << 20;
   options.runners = static_cast<int>(opt.runners);
   options.intra_op_threads = static_cast<int>(opt.intra_op_threads);
+  options.weights.weights = opt.weights;
+  options.weights.manifest = opt.weights_manifest;
   return options;
 }
 
@@ -84,7 +86,6 @@ int run(int argc, char** argv) {
   deploy::check_output_path(opt.output);
 
   deploy::Model model = deploy::Model::load(std::move(checked));
-  if (!opt.weights.empty()) model.update_weights({opt.weights, opt.weights_manifest});
   inputs = model.prepare(inputs);
 
   const RunFunction call = [&model](const std::vector<at::Tensor>& in) { return model.run(in); };

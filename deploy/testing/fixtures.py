@@ -70,11 +70,15 @@ for _name in ("MY_OPS_LIBRARY", "MY_OPS_LOADER", "MY_OPS_EXPORT", "LIBTORCH_LIB"
 # (test_package_contract.py pins the numbers).
 EXIT_CODES = {row.name: row.code for row in load_contract().exit_codes}
 
-# What an unpacked bundle holds (//deploy:bundle and //deploy:bundle_linux_aarch64):
-# an unsigned export's files, and what edge_bundle adds to them.
+# What an unpacked bundle holds (//deploy:bundle_linux_aarch64): an unsigned export's files,
+# and what edge_bundle adds to them.
 BUNDLE_FILES = tuple(
     sorted(("README.md", "libmy_ops.so", "loader", "run.sh", *load_contract().export_files))
 )
+# The weights a CPU package for this machine's architecture has beside it (weights.bin,
+# weights.json): //deploy:bundle holds them too.
+WEIGHTS_BESIDE = tuple(n for n in load_contract().weights_files if n.startswith("weights."))
+HOST_BUNDLE_FILES = tuple(sorted((*BUNDLE_FILES, *WEIGHTS_BESIDE)))
 
 # Batch limit of //deploy:default_package and its signed copy: export's
 # --max-batch default, as its --help states it.
@@ -191,7 +195,7 @@ def pkg(default_package: Path, ops_library: str, tmp_path: Path) -> Path:
     """A writable copy of //deploy:default_package with the op library beside it."""
     folder = tmp_path / "pkg"
     folder.mkdir()
-    for name in load_contract().export_files:
+    for name in (*load_contract().export_files, *WEIGHTS_BESIDE):
         shutil.copyfile(default_package / name, folder / name)
     shutil.copyfile(ops_library, folder / "libmy_ops.so")
     return folder

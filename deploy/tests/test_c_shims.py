@@ -26,6 +26,7 @@ from elftools.elf.elffile import ELFFile
 
 import my_ops
 from deploy.exporter import c_shims
+from deploy.exporter.loading import load
 
 PROXY_EXECUTOR_CALL = "aoti_torch_proxy_executor_call_function"
 
@@ -183,8 +184,8 @@ def test_python_outputs_are_bit_identical_and_run_no_python_of_the_ops(
     # below the Autograd key, so the package's calls run no Python frame of the op modules.
     assert my_ops.load_library() == ops_library
     inputs = torch.load(default_package / "sample_input.pt")
-    shim_model = torch._inductor.aoti_load_package(str(default_package / "model.pt2"))
-    proxy_model = torch._inductor.aoti_load_package(str(proxy_package / "model.pt2"))
+    shim_model = load(str(default_package / "model.pt2"))
+    proxy_model = load(str(proxy_package / "model.pt2"))
     frames: list[str] = []
 
     def profile(frame, event, arg):

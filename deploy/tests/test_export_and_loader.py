@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import (
-    BUNDLE_FILES,
     EXIT_CODES,
+    HOST_BUNDLE_FILES,
     MAX_BATCH,
     NO_VERIFY_WARNING,
     absolute_from_env,
@@ -24,6 +24,8 @@ from conftest import (
     loader_error_lines,
     run_loader,
 )
+
+from deploy.exporter.loading import load
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +45,7 @@ def compiled(exported: Path, tmp_path_factory: pytest.TempPathFactory):
     old_env, old_tempdir = os.environ.get("TMPDIR"), tempfile.tempdir
     os.environ["TMPDIR"], tempfile.tempdir = str(tmp), str(tmp)
     try:
-        yield torch._inductor.aoti_load_package(str(exported / "model.pt2"))
+        yield load(str(exported / "model.pt2"))
     finally:
         tempfile.tempdir = old_tempdir
         if old_env is None:
@@ -344,7 +346,7 @@ def test_bundle_run_sh(
     shutil.copy(ops_library, bundle / "libmy_ops.so")
     shutil.copy(absolute_from_env("deploy/bundle/run.sh"), bundle / "run.sh")
     shutil.copy(absolute_from_env("deploy/bundle/BUNDLE_README.md"), bundle / "README.md")
-    assert sorted(os.listdir(bundle)) == sorted(BUNDLE_FILES + ("manifest.sig",))
+    assert sorted(os.listdir(bundle)) == sorted(HOST_BUNDLE_FILES + ("manifest.sig", "weights.sig"))
     torch_lib = _libtorch_dir(loader_bin)
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()

@@ -80,7 +80,14 @@ def test_example_builds_with_cmake_and_runs_the_package(
     # The package as a user has it: plain files (the loader refuses symbolic links).
     package = tmp_path / "package"
     package.mkdir()
-    for name in ("model.pt2", "manifest.json", "sample_input.pt", "expected_output.pt"):
+    for name in (
+        "model.pt2",
+        "manifest.json",
+        "weights.bin",
+        "weights.json",
+        "sample_input.pt",
+        "expected_output.pt",
+    ):
         shutil.copy(default_package / name, package / name)
     proc = sdk_archive.run(
         [

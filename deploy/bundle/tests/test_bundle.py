@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import BUNDLE_FILES, absolute_from_env, writable_copy
+from conftest import HOST_BUNDLE_FILES, absolute_from_env, writable_copy
+
+from deploy.exporter.loading import load
 
 
 def _runfile(env_var: str) -> Path:
@@ -30,7 +32,7 @@ def bundle(tmp_path_factory) -> Path:
 
 def test_bundle_contents(bundle: Path) -> None:
     names = sorted(p.name for p in bundle.iterdir())
-    assert names == sorted(BUNDLE_FILES)
+    assert names == sorted(HOST_BUNDLE_FILES)
     assert os.access(bundle / "run.sh", os.X_OK)
     assert os.access(bundle / "loader", os.X_OK)
 
@@ -96,7 +98,7 @@ def test_bundle_expected_output_matches_a_python_run(bundle: Path) -> None:
 
     inputs = torch.load(bundle / "sample_input.pt")
     expected = torch.load(bundle / "expected_output.pt")
-    compiled = torch._inductor.aoti_load_package(str(bundle / "model.pt2"))
+    compiled = load(str(bundle / "model.pt2"))
     got = compiled(*inputs)
     got = got if isinstance(got, (tuple, list)) else (got,)
     assert len(got) == len(expected)

@@ -104,9 +104,50 @@ def test_signed_export_is_copied(fx: Fixture) -> None:
     (fx.export_dir / "manifest.sig").write_bytes(b"signature")
     proc = fx.run()
     assert proc.returncode == 0, proc.stderr
+    assert sorted(os.listdir(fx.dist)) == sorted([*CONTRACT.export_files, "manifest.sig"])
+
+
+def _weights_beside(fx: Fixture, package_sha256: str | None = None) -> bytes:
+    blob = b"\0" * 64
+    manifest = {
+        "package": {"file": "model.pt2", "sha256": package_sha256 or sha256(fx.model.read_bytes())},
+        "blob": {"file": "weights.bin", "sha256": sha256(blob), "size": 64},
+    }
+    (fx.export_dir / "weights.bin").write_bytes(blob)
+    (fx.export_dir / "weights.json").write_text(json.dumps(manifest))
+    return blob
+
+
+def test_weights_beside_the_package_are_copied(fx: Fixture) -> None:
+    _weights_beside(fx)
+    proc = fx.run()
+    assert proc.returncode == 0, proc.stderr
     assert sorted(os.listdir(fx.dist)) == sorted(
-        CONTRACT.export_files + CONTRACT.optional_export_files
+        [*CONTRACT.export_files, "weights.bin", "weights.json"]
     )
+
+
+def test_weights_for_another_package_are_refused(fx: Fixture) -> None:
+    _weights_beside(fx, package_sha256="0" * 64)
+    proc = fx.run()
+    assert proc.returncode == EXIT_MISMATCH, proc.stderr
+    assert "weights.json is for another package" in proc.stderr, proc.stderr
+
+
+def test_weights_that_do_not_match_their_manifest_are_refused(fx: Fixture) -> None:
+    _weights_beside(fx)
+    (fx.export_dir / "weights.bin").write_bytes(b"\1" * 64)
+    proc = fx.run()
+    assert proc.returncode == EXIT_MISMATCH, proc.stderr
+    assert "does not match" in proc.stderr and "weights.bin" in proc.stderr, proc.stderr
+
+
+def test_a_weights_file_without_its_manifest_is_refused(fx: Fixture) -> None:
+    _weights_beside(fx)
+    (fx.export_dir / "weights.json").unlink()
+    proc = fx.run()
+    assert proc.returncode != 0
+    assert "weights.bin of the export without weights.json" in proc.stderr, proc.stderr
 
 
 def test_package_not_in_manifest(fx: Fixture) -> None:

@@ -52,7 +52,8 @@ def test_the_contract_is_read(raw: dict[str, Any]) -> None:
     assert rows["linux-aarch64", "sve"].auxv == "AT_HWCAP"
     assert c.export_files == tuple(raw["export_files"]["required"])
     assert "manifest.json" in c.export_files and "model.pt2" in c.export_files
-    assert c.optional_export_files == ("manifest.sig",)
+    assert c.optional_export_files == ("manifest.sig", "weights.bin", "weights.json", "weights.sig")
+    assert c.weights_metadata_key == "my_ops.weights"
 
 
 def test_every_exit_code_keeps_its_documented_number() -> None:

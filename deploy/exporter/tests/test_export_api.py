@@ -10,6 +10,7 @@ import math
 import os
 import re
 import tempfile
+import zipfile
 from pathlib import Path
 
 import bad_models
@@ -20,6 +21,7 @@ from conftest import EXIT_CODES
 import my_ops
 from deploy import Exported, ExportError, export
 from deploy.exporter.contract import load_contract
+from deploy.exporter.loading import WeightsError, load
 from my_ops.pack import pack_linear_weight
 from my_ops.quantize import quantize_linear_layers
 
@@ -63,7 +65,7 @@ def _process_state() -> dict:
 
 
 def _check_against_eager(exported: Exported, model: torch.nn.Module, batches) -> None:
-    compiled = torch._inductor.aoti_load_package(str(exported.package))
+    compiled = load(str(exported.package))
     _check_against_eager_runner(compiled, model, batches)
 
 
@@ -106,7 +108,9 @@ def test_two_exports_in_one_process_leave_it_as_it_was(tmp_path: Path) -> None:
     assert first.training and second.training
     assert a.out == tmp_path / "a" and b.out == tmp_path / "b"
     for exported in (a, b):
-        assert set(exported.times) == {"pack", "export", "compile", "verify"}, exported.times
+        assert set(exported.times) == {"pack", "export", "compile", "verify", "weights"}, (
+            exported.times
+        )
         assert json.loads(exported.manifest.read_text())["quantization"] == {
             "scheme": "none",
             "float_linear": "packed",
@@ -116,6 +120,34 @@ def test_two_exports_in_one_process_leave_it_as_it_was(tmp_path: Path) -> None:
     _check_against_eager(b, second, (1, 5))
     # No temporary folder left beside the outputs.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b", "cache"]
+
+
+def _library_bytes(package: Path) -> bytes:
+    """The shared libraries inside a package, one after the other."""
+    with zipfile.ZipFile(package) as z:
+        return b"".join(z.read(n) for n in z.namelist() if n.endswith(".so"))
+
+
+def test_a_cpu_package_has_its_weights_beside_it_once(tmp_path: Path) -> None:
+    model = _block(0)
+    common = {"dynamic_shapes": _batch(4), "max_batch": 4, "mode": "no-autotune", "cache": False}
+    beside = export(model, (torch.randn(4, WIDTH),), tmp_path / "beside", **common)
+    inside = export(
+        model, (torch.randn(4, WIDTH),), tmp_path / "inside", **common, weights_inside=True
+    )
+    # The bias, a parameter the package takes as it is (the linear layer's weight is packed).
+    bias = model.bias.detach().numpy().tobytes()
+    assert bias not in _library_bytes(beside.package)
+    assert (beside.out / "weights.bin").read_bytes().count(bias) == 1
+    assert bias in _library_bytes(inside.package)
+    assert not (inside.out / "weights.bin").exists() and not (inside.out / "weights.json").exists()
+    assert "weights" not in inside.times
+    _check_against_eager(beside, model, (1, 4))
+    _check_against_eager(inside, model, (1, 4))
+    # Without the weights beside it, the package cannot be loaded with them.
+    (beside.out / "weights.json").unlink()
+    with pytest.raises(WeightsError, match="weights.json"):
+        load(beside.package)
 
 
 @pytest.mark.parametrize(
@@ -202,7 +234,9 @@ def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
         cache=False,
         quantize="int8",
     )
-    assert set(exported.times) == {"quantize", "export", "compile", "verify"}, exported.times
+    assert set(exported.times) == {"quantize", "export", "compile", "verify", "weights"}, (
+        exported.times
+    )
     assert type(model.linear) is torch.nn.Linear
     manifest = exported.manifest.read_text()
     assert '"my_ops::linear_int8"' in manifest and "aoti_torch_cpu_linear_int8" in manifest
@@ -229,7 +263,7 @@ def test_a_quantized_export_runs_the_quantized_ops_and_leaves_the_model_float(
         re.MULTILINE,
     )
     # The sample's expected outputs are the package's own: the loader's --exact holds for them.
-    compiled = torch._inductor.aoti_load_package(str(exported.package))
+    compiled = load(str(exported.package))
     sample = torch.load(exported.package.parent / "sample_input.pt")
     expected = torch.load(exported.package.parent / "expected_output.pt")
     got = compiled(*sample)
@@ -313,7 +347,7 @@ def test_a_quantized_package_takes_a_weights_file_of_its_scheme(tmp_path: Path) 
     quantize_linear_layers(original, "int8", smooth_alpha=0.25, example_inputs=example)
     assert not torch.equal(constants["linear.weight"], original.linear.weight)
     # The base package, its constants replaced by the file's, computes the new model.
-    compiled = torch._inductor.aoti_load_package(str(base.package))
+    compiled = load(str(base.package))
     compiled.load_constants(constants, check_full_update=True)
     _check_against_eager_runner(compiled, retrained)
 
@@ -331,7 +365,7 @@ def test_the_default_cpu_package_runs_packed_linear_layers_and_takes_weights_fil
            max_batch=4, cache=False, base=base.out)  # fmt: skip
     constants = _weights_file(tmp_path / "weights")
     assert torch.equal(constants["linear.weight"], pack_linear_weight(_block(1).linear.weight))
-    compiled = torch._inductor.aoti_load_package(str(base.package))
+    compiled = load(str(base.package))
     compiled.load_constants(constants, check_full_update=True)
     _check_against_eager_runner(compiled, _block(1))
 
@@ -371,7 +405,7 @@ def test_a_package_with_tied_weights_takes_a_weights_file(tmp_path: Path) -> Non
     base = _export_tied(_tied_lm(0), ids, tmp_path / "base")
     _export_tied(_tied_lm(1), ids, tmp_path / "weights", base=base.out)
     constants = _weights_file(tmp_path / "weights")
-    compiled = torch._inductor.aoti_load_package(str(base.package))
+    compiled = load(str(base.package))
     assert sorted(constants) == sorted(compiled.get_constant_fqns())
     (tied,) = (c for c in constants.values() if c.shape == (64, WIDTH))
     assert torch.equal(tied, _tied_lm(1).embed.weight.detach())
@@ -421,7 +455,7 @@ def test_a_quantized_weights_file_expects_the_packages_own_outputs(tmp_path: Pat
                   cache=False, quantize="int8")  # fmt: skip
     export(_deep_block(1), x, tmp_path / "weights", dynamic_shapes=_batch(4), max_batch=4,
            cache=False, quantize="int8", base=base.out)  # fmt: skip
-    compiled = torch._inductor.aoti_load_package(str(base.package))
+    compiled = load(str(base.package))
     compiled.load_constants(_weights_file(tmp_path / "weights"), check_full_update=True)
     sample = torch.load(tmp_path / "weights" / "sample_input.pt")
     (expected,) = torch.load(tmp_path / "weights" / "expected_output.pt")

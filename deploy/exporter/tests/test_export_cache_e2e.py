@@ -100,8 +100,13 @@ def test_cache_is_shared_safely_and_keyed_on_the_op_library(
         assert re.search(rf"^{stage} *\.\.\. \d+\.\ds{note}$", outputs[1], re.M), outputs[1]
     assert outputs[1].strip().splitlines()[-1] == str(tmp_path / "out1")
     contract = load_contract()
-    assert sorted(os.listdir(tmp_path / "out1")) == sorted([*contract.export_files, "manifest.sig"])
-    assert sorted(os.listdir(tmp_path / "out0")) == sorted(contract.export_files)
+    # A CPU package: its weights beside it, signed with it.
+    beside = ["weights.bin", "weights.json"]
+    signed = ["manifest.sig", "weights.sig"]
+    assert sorted(os.listdir(tmp_path / "out1")) == sorted(
+        [*contract.export_files, *beside, *signed]
+    )
+    assert sorted(os.listdir(tmp_path / "out0")) == sorted([*contract.export_files, *beside])
     assert os.listdir(tmp_path / "tmp1") == []
     # Nor anything beside the output folders: no staging folder.
     assert sorted(os.listdir(tmp_path)) == ["cache", "compile1.log", "out0", "out1", "tmp0", "tmp1"]

@@ -236,13 +236,31 @@ def test_sign_an_existing_export(tmp_path: Path, default_package: Path, signing_
         tmp_path / "tmp",
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == [str(folder / "manifest.sig")]
+    # The package's weights beside it are signed with it: the loader asks for weights.sig too.
+    assert proc.stdout.split() == [str(folder / "manifest.sig"), str(folder / "weights.sig")]
     # Nothing else changed or left behind (no staged signature).
-    assert sorted(os.listdir(folder)) == sorted([*before, "manifest.sig"])
+    assert sorted(os.listdir(folder)) == sorted([*before, "manifest.sig", "weights.sig"])
     assert all((folder / name).read_bytes() == data for name, data in before.items())
     public_key = load_pem_public_key((signing_keys / "public_key.pem").read_bytes())
-    # Raises InvalidSignature unless manifest.sig signs manifest.json's bytes.
+    # Raises InvalidSignature unless each signature signs its manifest's bytes.
     public_key.verify((folder / "manifest.sig").read_bytes(), before["manifest.json"])
+    public_key.verify((folder / "weights.sig").read_bytes(), before["weights.json"])
+
+
+def test_sign_refuses_weights_of_another_package(
+    tmp_path: Path, default_package: Path, signing_keys: Path
+) -> None:
+    folder = writable_copy(default_package, tmp_path / "pkg")
+    weights = json.loads((folder / "weights.json").read_text())
+    weights["package"]["sha256"] = "0" * 64
+    (folder / "weights.json").write_text(json.dumps(weights))
+    proc = run_export(
+        ["--sign", str(folder), "--signing-key", str(signing_keys / "signing_key.pem")],
+        tmp_path / "tmp",
+    )
+    assert proc.returncode != 0
+    assert "weights.json is for another package" in proc.stderr, proc.stderr
+    assert not (folder / "weights.sig").exists()
 
 
 def test_sign_refuses_a_manifest_of_another_package(

@@ -12,15 +12,18 @@
 
 #include "deploy/runtime/src/error_text.h"
 #include "deploy/runtime/src/failure.h"
+#include "deploy/runtime/src/file_io.h"
 #include "deploy/runtime/src/input_signature.h"
 #include "deploy/runtime/src/manifest.h"
 #include "deploy/runtime/src/op_check.h"
+#include "deploy/runtime/src/package_contract.h"
 #include "deploy/runtime/src/private_dir.h"
 #include "deploy/runtime/src/runner.h"
 #include "deploy/runtime/src/tensor_io.h"
 #include "deploy/runtime/src/verified_copy.h"
 #include "deploy/runtime/src/verify.h"
 #include "deploy/runtime/src/weights.h"
+#include "deploy/runtime/src/weights_manifest.h"
 
 namespace my_ops::deploy {
 namespace {
@@ -76,6 +79,7 @@ struct CheckedPackage::Impl {
   detail::VerifiedCopy package;
   std::vector<detail::VerifiedCopy> libraries;
   std::optional<detail::Manifest> manifest;  // none with verify = false
+  std::optional<detail::CheckedWeights> weights;
 };
 
 CheckedPackage CheckedPackage::check(const OpenOptions& options) {
@@ -120,6 +124,17 @@ CheckedPackage CheckedPackage::check(const OpenOptions& options) {
       impl->manifest =
           detail::verify_manifest({opt.manifest, impl->public_key}, impl->package, impl->libraries);
     }
+    // The weights file named, or the export's beside the package where there is one.
+    const bool named = !opt.weights.weights.empty();
+    const std::string weights =
+        named ? opt.weights.weights : detail::dir_name(opt.package) + "/weights.bin";
+    const std::string key =
+        set_key(opt.weights.public_key, "OpenOptions::weights").value_or(impl->public_key);
+    // Unverified, a package is taken as it is: so are the weights beside it, as far as the
+    // package they name goes (they must still fit it, and match their manifest).
+    impl->weights = detail::check_weights({weights, named ? opt.weights.manifest : "", key},
+                                          opt.verify ? impl->package.sha256 : "",
+                                          /*optional=*/!named);
     return CheckedPackage(std::move(impl));
   });
 }
@@ -132,9 +147,14 @@ CheckedPackage::~CheckedPackage() = default;
 struct Model::Impl {
   // Keeps the private folder, and so the copies and the extracted package, alive.
   std::unique_ptr<CheckedPackage::Impl> package;
+  // The weights file a CPU model runs on, mapped: declared before the runner, to be unmapped
+  // after it is destroyed. Replaced once a swap has taken the runs off it.
+  detail::StagedWeights weights;
   std::unique_ptr<torch::inductor::AOTIModelPackageLoader> runner;
   std::optional<std::vector<detail::InputSpec>> signature;
   std::optional<c10::Device> device;  // the package's, when not the CPU
+  // What a package compiled without its weights takes, from its metadata.
+  std::optional<detail::ConstantSpecs> constant_specs;
   Metadata metadata;
 
   // Runs share `runs`; the swap of an update takes it alone. A run first passes through
@@ -144,6 +164,7 @@ struct Model::Impl {
   mutable std::mutex turnstile;
   // One update at a time: each stages into the one inactive buffer.
   std::mutex updating;
+  long updates = 0;  // names each update's copy of its weights file; under `updating`
   // weights.bin's sha256 of the last update; written with `runs` held alone.
   std::string weights_sha256;
 };
@@ -180,6 +201,38 @@ Model Model::load(CheckedPackage&& checked) {
                                            " names an unknown device " + it->second);
         }
       }
+    }
+    // A package compiled without its weights lists the constants it takes; it runs on a weights
+    // file (its export's, beside it, unless another is named), mapped into the buffer runs read.
+    // A package with its weights takes a named file as an update.
+    if (auto it = aoti_metadata.find(detail::contract::kWeightsMetadataKey);
+        it != aoti_metadata.end()) {
+      try {
+        impl->constant_specs = detail::parse_constant_specs(it->second);
+      } catch (const detail::ManifestError& e) {
+        throw Error(kPackageCorrupt,
+                    "package " + package.package.source +
+                        " has a malformed list of the constants it takes: " + e.what());
+      }
+    }
+    if (auto& weights = impl->package->weights) {
+      const auto buffer =
+          impl->constant_specs ? detail::WeightsBuffer::kActive : detail::WeightsBuffer::kInactive;
+      impl->weights = detail::stage_weights(
+          *impl->runner, *weights, impl->constant_specs ? &*impl->constant_specs : nullptr, buffer,
+          !impl->device.has_value(), impl->package->dir->path() + "/weights.bin");
+      weights.reset();
+      detail::activate_weights(*impl->runner, impl->weights, buffer);
+      if (buffer == detail::WeightsBuffer::kInactive) {
+        detail::release_previous_weights(*impl->runner);
+      }
+      impl->weights_sha256 = impl->weights.sha256;
+    } else if (impl->constant_specs) {
+      throw Error(kIntegrity,
+                  "package " + package.package.source +
+                      " holds no weights, and there is no weights.json beside it: its export "
+                      "writes weights.bin and weights.json with model.pt2, to be kept together "
+                      "(or name a weights file for it)");
     }
     // Without a signature this runtime understands, AOTI's own runtime checks still apply.
     if (auto it = aoti_metadata.find(detail::kInputSignatureKey); it != aoti_metadata.end()) {
@@ -250,16 +303,23 @@ void Model::update_weights(const WeightsOptions& options) {
         set_key(options.public_key, "WeightsOptions").value_or(impl_->package->public_key);
     Impl& impl = *impl_;
     std::lock_guard one_update(impl.updating);
-    const detail::StagedWeights staged = detail::stage_weights(
-        *impl.runner, {options.weights, options.manifest, key}, impl.package->package.sha256);
+    const std::string copy =
+        impl.package->dir->path() + "/weights_" + std::to_string(++impl.updates) + ".bin";
+    detail::StagedWeights staged =
+        detail::stage_weights(*impl.runner,
+                              *detail::check_weights({options.weights, options.manifest, key},
+                                                     impl.package->package.sha256),
+                              impl.constant_specs ? &*impl.constant_specs : nullptr,
+                              detail::WeightsBuffer::kInactive, !impl.device.has_value(), copy);
     {
       std::lock_guard hold_new_runs(impl.turnstile);
       std::unique_lock no_runs(impl.runs);
-      detail::activate_weights(*impl.runner, staged);
+      detail::activate_weights(*impl.runner, staged, detail::WeightsBuffer::kInactive);
       impl.weights_sha256 = staged.sha256;
     }
-    // No run reads the previous buffer once the swap is done.
+    // No run reads the previous buffer, or the previous mapping, once the swap is done.
     detail::release_previous_weights(*impl.runner);
+    impl.weights = std::move(staged);
   });
 }
 

@@ -3,11 +3,15 @@
 #include <ATen/core/class_type.h>
 #include <ATen/core/function.h>
 #include <ATen/ops/empty.h>
-#include <sodium.h>
-#include <sys/stat.h>
+#include <ATen/ops/from_blob.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -21,6 +25,7 @@
 #include "deploy/runtime/src/manifest.h"
 #include "deploy/runtime/src/tensor_io.h"
 #include "deploy/runtime/src/text.h"
+#include "deploy/runtime/src/verified_copy.h"
 #include "deploy/runtime/src/verify.h"
 
 namespace my_ops::deploy::detail {
@@ -44,60 +49,40 @@ std::string describe(const std::string& dtype, c10::IntArrayRef shape) {
   return dtype + " " + c10::str(shape);
 }
 
-// One pass over the weights file, through its descriptor, hashing every byte.
-class BlobReader {
+}  // namespace
+
+// A private, writable mapping of the private copy of weights.bin: the model may write to a buffer
+// it owns, which then becomes this process's page, never the file's.
+class Mapping {
  public:
-  BlobReader(int fd, const std::string& path) : fd_(fd), path_(path) {
-    crypto_hash_sha256_init(&hash_);
-  }
-
-  // Reads bytes [position, offset) into the hash only, then `n` bytes into `dst`.
-  void read_to(uint64_t offset, void* dst, uint64_t n) {
-    skip_to(offset);
-    read(dst, n);
-  }
-
-  // Hashes the rest of the file; fails unless it ends at `size`.
-  std::string finish(uint64_t size) {
-    skip_to(size);
-    char extra;
-    if (read_at(fd_, position_, &extra, 1)) {
-      fail(kIntegrity, "weights file " + path_ + " grew while it was read");
+  Mapping(int fd, uint64_t size, const std::string& source) : size_(size) {
+    if (size_ == 0) return;
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      fail(kOther, "cannot map weights file " + source + ": " + std::strerror(errno));
     }
-    unsigned char digest[crypto_hash_sha256_BYTES];
-    crypto_hash_sha256_final(&hash_, digest);
-    return to_hex(digest, sizeof(digest));
+    data_ = static_cast<unsigned char*>(p);
   }
+  Mapping(const Mapping&) = delete;
+  Mapping& operator=(const Mapping&) = delete;
+  ~Mapping() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+  }
+  unsigned char* data() const { return data_; }
 
  private:
-  void skip_to(uint64_t offset) {
-    // An empty tensor may sit where the previous one ended, or share its offset.
-    if (offset <= position_) return;
-    std::vector<unsigned char> buf(std::min<uint64_t>(offset - position_, uint64_t{1} << 20));
-    while (position_ < offset) {
-      read(buf.data(), std::min<uint64_t>(buf.size(), offset - position_));
-    }
-  }
-
-  void read(void* dst, uint64_t n) {
-    auto* p = static_cast<unsigned char*>(dst);
-    for (uint64_t done = 0; done < n;) {
-      const size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - done, uint64_t{1} << 26));
-      if (!read_at(fd_, position_, p + done, chunk)) {
-        fail(kIntegrity, "cannot read weights file " + path_ + " at byte " +
-                             std::to_string(position_) + ": it is shorter than its manifest says");
-      }
-      crypto_hash_sha256_update(&hash_, p + done, chunk);
-      position_ += chunk;
-      done += chunk;
-    }
-  }
-
-  int fd_;
-  const std::string& path_;
-  uint64_t position_ = 0;
-  crypto_hash_sha256_state hash_;
+  unsigned char* data_ = nullptr;
+  uint64_t size_;
 };
+
+namespace {
+
+// The tensor at `t` in the mapping, which it does not own (see StagedWeights::mapping).
+at::Tensor mapped_tensor(const Mapping& mapping, const WeightsTensor& t) {
+  const auto options = at::TensorOptions().dtype(scalar_type(t.dtype));
+  if (t.nbytes == 0) return at::empty(t.shape, options);
+  return at::from_blob(mapping.data() + t.offset, t.shape, options);
+}
 
 std::string class_name(const c10::IValue& object) {
   const auto type = object.toObject()->type();
@@ -117,10 +102,11 @@ c10::IValue call_method(const c10::IValue& object, const char* method,
 
 // The manifest, its signature checked before a byte of it is parsed (the signature covers its
 // exact bytes), naming the loaded package.
-WeightsManifest read_manifest(const WeightsCheck& check, const std::string& path,
-                              const std::string& package_sha256) {
+std::optional<WeightsManifest> read_manifest(const WeightsCheck& check, const std::string& path,
+                                             const std::string& package_sha256, bool optional) {
   const std::optional<std::string> text =
       read_small(path, kWeightsManifestRole, kMaxWeightsManifestBytes);
+  if (!text && optional) return std::nullopt;
   if (!text) fail(kIntegrity, "weights manifest not found: " + path);
   if (!check.public_key.empty()) check_signature(*text, "weights manifest", path, check.public_key);
   WeightsManifest m;
@@ -129,7 +115,7 @@ WeightsManifest read_manifest(const WeightsCheck& check, const std::string& path
   } catch (const ManifestError& e) {
     fail(kIntegrity, "weights manifest " + path + " is malformed: " + e.what());
   }
-  if (m.package.sha256 != package_sha256) {
+  if (!package_sha256.empty() && m.package.sha256 != package_sha256) {
     fail(kIntegrity, "weights manifest " + path + " is for another package: sha256 " +
                          m.package.sha256 + ", the loaded package's is " + package_sha256);
   }
@@ -145,15 +131,23 @@ struct ObjectPlan {
   std::vector<at::Tensor> new_items;  // as the manifest's object.tensors
 };
 
+// What the package holds as a constant, or takes as one where it was compiled without its
+// weights.
+struct HeldConstant {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  bool contiguous = true;
+};
+
 // Every tensor of the manifest against what the model holds there (name, dtype, shape), and
-// every one the model holds against the manifest, before anything is allocated: what is read
-// afterwards has the model's own sizes, whatever the manifest claims.
+// every one the model holds against the manifest, before anything is mapped: what the model is
+// given has its own sizes, whatever the manifest claims.
 class Fit {
  public:
   Fit(torch::inductor::AOTIModelPackageLoader& model, const WeightsManifest& m,
-      const std::string& file)
+      const ConstantSpecs* specs, const std::string& file)
       : file_(file) {
-    check_constants(model, m);
+    check_constants(specs ? taken(model, *specs) : held(model), m);
     check_objects(model, m);
   }
 
@@ -164,10 +158,11 @@ class Fit {
     fail(kIntegrity, "weights file " + file_ + " does not fit the package: " + why);
   }
 
-  void check_tensor(const std::string& what, const WeightsTensor& t, const at::Tensor& have) const {
-    if (c10::toString(have.scalar_type()) != t.dtype || !have.sizes().equals(t.shape)) {
+  void check_tensor(const std::string& what, const WeightsTensor& t, const std::string& dtype,
+                    c10::IntArrayRef shape) const {
+    if (dtype != t.dtype || !shape.equals(t.shape)) {
       refuse(what + " is " + describe(t.dtype, t.shape) + " in the weights file, " +
-             describe(c10::toString(have.scalar_type()), have.sizes()) + " in the package");
+             describe(dtype, shape) + " in the package");
     }
   }
 
@@ -184,15 +179,44 @@ class Fit {
     }
   }
 
-  // The same dtypes and shapes as the model's own, or the copy into its buffer would put bytes
-  // where the model's code does not expect them.
-  void check_constants(torch::inductor::AOTIModelPackageLoader& model, const WeightsManifest& m) {
-    const auto current = model.get_runner()->extract_constants_map(/*use_inactive=*/false);
+  // The constants of a package that holds its weights, as they are.
+  static std::unordered_map<std::string, HeldConstant> held(
+      torch::inductor::AOTIModelPackageLoader& model) {
+    std::unordered_map<std::string, HeldConstant> out;
+    for (const auto& [name, t] :
+         model.get_runner()->extract_constants_map(/*use_inactive=*/false)) {
+      out[name] = {c10::toString(t.scalar_type()), t.sizes().vec(), t.is_contiguous()};
+    }
+    return out;
+  }
+
+  // The constants a package compiled without its weights takes, by the names load_constants
+  // takes (their names in the program), as its metadata describes them; the export lists them
+  // all, so one it lacks is a corrupt package.
+  std::unordered_map<std::string, HeldConstant> taken(
+      torch::inductor::AOTIModelPackageLoader& model, const ConstantSpecs& specs) const {
+    std::unordered_map<std::string, HeldConstant> out;
+    for (const auto& [internal, name] : model.get_runner()->getConstantNamesToOriginalFQNs()) {
+      auto it = specs.find(name);
+      if (it == specs.end()) {
+        fail(kPackageCorrupt, "the package takes a constant " + name +
+                                  " that its metadata does not describe, so no weights file " +
+                                  "can be checked against it");
+      }
+      out[name] = {it->second.dtype, it->second.shape, true};
+    }
+    return out;
+  }
+
+  // The same dtypes and shapes as the model's own, or the model would read bytes where its code
+  // does not expect them.
+  void check_constants(const std::unordered_map<std::string, HeldConstant>& current,
+                       const WeightsManifest& m) {
     same_names(m.constants, current, "constant");
     for (const auto& c : m.constants) {
-      const at::Tensor& have = current.at(c.name);
-      check_tensor("constant " + c.name, c.tensor, have);
-      if (!have.is_contiguous()) {
+      const HeldConstant& have = current.at(c.name);
+      check_tensor("constant " + c.name, c.tensor, have.dtype, have.shape);
+      if (!have.contiguous) {
         refuse("the package's constant " + c.name + " is not contiguous, and weights files are");
       }
     }
@@ -223,7 +247,8 @@ class Fit {
         if (t.index >= plan.items.size() || !plan.items[t.index].isTensor()) {
           refuse(where + " is not a tensor in the package");
         }
-        check_tensor(where, t.tensor, plan.items[t.index].toTensor());
+        const at::Tensor& have = plan.items[t.index].toTensor();
+        check_tensor(where, t.tensor, c10::toString(have.scalar_type()), have.sizes());
         carried[t.index] = true;
       }
       for (size_t k = 0; k < plan.items.size(); ++k) {
@@ -240,85 +265,95 @@ class Fit {
   std::vector<ObjectPlan> objects_;
 };
 
-// weights.bin, opened once, its size checked, then read in one pass into fresh tensors (of the
-// sizes Fit checked) while hashed; nothing of it is used unless the sha256 is the manifest's.
-void read_blob(const std::string& file, const std::string& manifest_path, const WeightsManifest& m,
-               std::unordered_map<std::string, at::Tensor>& constants,
-               std::vector<ObjectPlan>& objects) {
-  UniqueFd fd = open_regular_file(file, kWeightsRole);
-  struct stat st{};
-  if (::fstat(fd.get(), &st) != 0 || static_cast<uint64_t>(st.st_size) != m.blob_size) {
-    fail(kIntegrity, "weights file " + file + " does not match weights manifest " + manifest_path +
-                         ": " + std::to_string(st.st_size) + " bytes, the manifest says " +
-                         std::to_string(m.blob_size));
-  }
-  // In file order, so that the one pass reads each tensor where it lies.
-  struct Slot {
-    const WeightsTensor* tensor;
-    at::Tensor* out;
-  };
-  std::vector<Slot> slots;
-  for (const auto& c : m.constants) slots.push_back({&c.tensor, &constants[c.name]});
-  for (size_t i = 0; i < m.objects.size(); ++i) {
-    objects[i].new_items.resize(m.objects[i].tensors.size());
-    for (size_t j = 0; j < m.objects[i].tensors.size(); ++j) {
-      slots.push_back({&m.objects[i].tensors[j].tensor, &objects[i].new_items[j]});
-    }
-  }
-  std::sort(slots.begin(), slots.end(),
-            [](const Slot& a, const Slot& b) { return a.tensor->offset < b.tensor->offset; });
-  BlobReader reader(fd.get(), file);
-  try {
-    for (const Slot& s : slots) {
-      *s.out = at::empty(s.tensor->shape, at::TensorOptions().dtype(scalar_type(s.tensor->dtype)));
-      reader.read_to(s.tensor->offset, s.out->data_ptr(), s.tensor->nbytes);
-    }
-  } catch (const c10::Error& e) {
-    fail(kOther, "cannot hold the tensors of weights file " + file + ": " + error_text(e));
-  }
-  const std::string sha256 = reader.finish(m.blob_size);
-  if (sha256 != m.blob.sha256) {
-    fail(kIntegrity, "weights file " + file + " does not match weights manifest " + manifest_path +
-                         ": sha256 " + sha256 + ", manifest has " + m.blob.sha256);
-  }
-}
-
 }  // namespace
 
-StagedWeights stage_weights(torch::inductor::AOTIModelPackageLoader& model,
-                            const WeightsCheck& check, const std::string& package_sha256) {
-  const std::string& file = check.weights;
+std::optional<CheckedWeights> check_weights(const WeightsCheck& check,
+                                            const std::string& package_sha256, bool optional) {
   const std::string manifest_path =
-      check.manifest.empty() ? dir_name(file) + "/weights.json" : check.manifest;
-  const WeightsManifest m = read_manifest(check, manifest_path, package_sha256);
-  Fit fit(model, m, file);
-  std::unordered_map<std::string, at::Tensor> constants;
-  read_blob(file, manifest_path, m, constants, fit.objects());
+      check.manifest.empty() ? dir_name(check.weights) + "/weights.json" : check.manifest;
+  std::optional<WeightsManifest> m = read_manifest(check, manifest_path, package_sha256, optional);
+  if (!m) return std::nullopt;
+  return CheckedWeights{check.weights, manifest_path, std::move(*m)};
+}
+
+StagedWeights stage_weights(torch::inductor::AOTIModelPackageLoader& model,
+                            const CheckedWeights& checked, const ConstantSpecs* specs,
+                            WeightsBuffer buffer, bool on_cpu, const std::string& copy) {
+  const WeightsManifest& m = checked.manifest;
+  const std::string& file = checked.source;
+  Fit fit(model, m, specs, file);
+  // The exporter writes the tensors and the padding that aligns them, nothing else: a larger
+  // file would only cost the copy's time and disk.
+  uint64_t held = 0;
+  const auto add = [&](const WeightsTensor& t) {
+    held += (t.nbytes + kWeightsAlignment - 1) / kWeightsAlignment * kWeightsAlignment;
+  };
+  for (const auto& c : m.constants) add(c.tensor);
+  for (const auto& o : m.objects) {
+    for (const auto& t : o.tensors) add(t.tensor);
+  }
+  if (m.blob_size > held) {
+    fail(kIntegrity, "weights file " + file + " does not fit the package: its manifest says " +
+                         std::to_string(m.blob_size) + " bytes, its tensors take " +
+                         std::to_string(held));
+  }
+  // Hashed while copied, and only the copy is used: a file changed after the check changes
+  // nothing.
+  const VerifiedCopy blob = copy_and_hash(file, copy, kWeightsRole);
+  if (blob.size != m.blob_size) {
+    fail(kIntegrity, "weights file " + file + " does not match weights manifest " +
+                         checked.manifest_path + ": " + std::to_string(blob.size) +
+                         " bytes, the manifest says " + std::to_string(m.blob_size));
+  }
+  if (blob.sha256 != m.blob.sha256) {
+    fail(kIntegrity, "weights file " + file + " does not match weights manifest " +
+                         checked.manifest_path + ": sha256 " + blob.sha256 + ", manifest has " +
+                         m.blob.sha256);
+  }
 
   StagedWeights staged;
   staged.source = file;
   staged.sha256 = m.blob.sha256;
-  for (size_t i = 0; i < m.objects.size(); ++i) {
-    ObjectPlan& plan = fit.objects()[i];
-    for (size_t j = 0; j < m.objects[i].tensors.size(); ++j) {
-      c10::IValue& item = plan.items[m.objects[i].tensors[j].index];
-      item = plan.new_items[j].to(item.toTensor().device());
+  staged.mapping = std::make_shared<Mapping>(blob.fd.get(), m.blob_size, file);
+  // The mapping keeps the copy's pages; its name would only hold the disk space until the model
+  // is destroyed, across any number of updates.
+  ::unlink(blob.copy.c_str());
+  const Mapping& mapping = *staged.mapping;
+  std::unordered_map<std::string, at::Tensor> constants;
+  try {
+    for (const auto& c : m.constants) constants[c.name] = mapped_tensor(mapping, c.tensor);
+    for (size_t i = 0; i < m.objects.size(); ++i) {
+      ObjectPlan& plan = fit.objects()[i];
+      for (const WeightsStateTensor& t : m.objects[i].tensors) {
+        c10::IValue& item = plan.items[t.index];
+        // A CPU model's objects keep their state on the mapping; a CUDA model's are copied (to
+        // its device), as it keeps no mapping.
+        const at::Tensor mapped = mapped_tensor(mapping, t.tensor);
+        item = on_cpu ? mapped
+                      : mapped.to(item.toTensor().device(), mapped.scalar_type(),
+                                  /*non_blocking=*/false, /*copy=*/true);
+      }
+      staged.objects.push_back({plan.name, plan.object,
+                                c10::ivalue::Tuple::create(std::move(plan.items)), plan.old_state});
     }
-    staged.objects.push_back({plan.name, plan.object,
-                              c10::ivalue::Tuple::create(std::move(plan.items)), plan.old_state});
+  } catch (const c10::Error& e) {
+    fail(kOther, "cannot hold the tensors of weights file " + file + ": " + error_text(e));
   }
   try {
-    // Into the inactive buffer: runs keep reading the active one. A CUDA package's constants are
-    // copied to its device on the way.
-    model.load_constants(constants, /*use_inactive=*/true, /*check_full_update=*/true,
-                         /*user_managed=*/false, /*allow_h2d_copy=*/true);
+    // A CPU model computes on the mapped tensors themselves; a CUDA model's are copied to its
+    // device on the way, and it needs the mapping no longer.
+    model.load_constants(constants, /*use_inactive=*/buffer == WeightsBuffer::kInactive,
+                         /*check_full_update=*/true, /*user_managed=*/on_cpu,
+                         /*allow_h2d_copy=*/!on_cpu);
   } catch (const std::exception& e) {
     fail(kOther, "cannot load weights file " + file + ": " + error_text(e));
   }
+  if (!on_cpu) staged.mapping.reset();
   return staged;
 }
 
-void activate_weights(torch::inductor::AOTIModelPackageLoader& model, const StagedWeights& staged) {
+void activate_weights(torch::inductor::AOTIModelPackageLoader& model, const StagedWeights& staged,
+                      WeightsBuffer buffer) {
   size_t done = 0;
   try {
     for (; done < staged.objects.size(); ++done) {
@@ -335,7 +370,7 @@ void activate_weights(torch::inductor::AOTIModelPackageLoader& model, const Stag
     fail(kIntegrity, "weights file " + staged.source + ": custom object " + name +
                          " refused its new state: " + error_text(e));
   }
-  model.get_runner()->swap_constant_buffer();
+  if (buffer == WeightsBuffer::kInactive) model.get_runner()->swap_constant_buffer();
 }
 
 void release_previous_weights(torch::inductor::AOTIModelPackageLoader& model) {

@@ -31,21 +31,22 @@ uint64_t unsigned_member(const Json& obj, const char* key, const std::string& ct
 }
 
 // A name as the exporter writes it: a module path ("layers.0.mlp.weight"), printable, one line.
-std::string name_member(const Json& obj, const char* key, const std::string& ctx) {
-  std::string name = string_member(obj, key, ctx);
+std::string printable_name(std::string name, const char* what, const std::string& ctx) {
   if (name.empty() || name.size() > kMaxWeightsNameBytes ||
       std::any_of(name.begin(), name.end(),
                   [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; })) {
-    throw ManifestError(ctx + "'" + key + "' must be a printable name of at most " +
+    throw ManifestError(ctx + what + " must be a printable name of at most " +
                         std::to_string(kMaxWeightsNameBytes) + " bytes");
   }
   return name;
 }
 
-// {"dtype": ..., "shape": [...], "offset": N}, checked to lie inside the file; nbytes from the
-// dtype and the shape.
-WeightsTensor tensor_members(const Json& entry, const std::string& ctx, uint64_t blob_size) {
-  WeightsTensor t;
+std::string name_member(const Json& obj, const char* key, const std::string& ctx) {
+  return printable_name(string_member(obj, key, ctx), ("'" + std::string(key) + "'").c_str(), ctx);
+}
+
+// {"dtype": ..., "shape": [...]} into `t`, with nbytes from the dtype and the shape.
+void spec_members(const Json& entry, const std::string& ctx, WeightsTensor& t) {
   t.dtype = string_member(entry, "dtype", ctx);
   const size_t element = weights_element_size(t.dtype);
   if (element == 0) throw ManifestError(ctx + "unknown dtype " + single_quoted(t.dtype));
@@ -66,6 +67,12 @@ WeightsTensor tensor_members(const Json& entry, const std::string& ctx, uint64_t
     t.shape.push_back(static_cast<int64_t>(d));
   }
   t.nbytes = nbytes;
+}
+
+// {"dtype": ..., "shape": [...], "offset": N}, checked to lie inside the file.
+WeightsTensor tensor_members(const Json& entry, const std::string& ctx, uint64_t blob_size) {
+  WeightsTensor t;
+  spec_members(entry, ctx, t);
   t.offset = unsigned_member(entry, "offset", ctx);
   if (t.offset % kWeightsAlignment != 0) {
     throw ManifestError(ctx + "'offset' " + std::to_string(t.offset) + " is not a multiple of " +
@@ -154,6 +161,23 @@ size_t weights_element_size(std::string_view name) {
     if (name == d.name) return d.size;
   }
   return 0;
+}
+
+ConstantSpecs parse_constant_specs(std::string_view text) {
+  const Json root = parse_strict_json(text, kWeightsJsonLimits);
+  if (!root.is_object()) throw ManifestError("not a JSON object");
+  if (root.size() > kMaxWeightsTensors) {
+    throw ManifestError("more than " + std::to_string(kMaxWeightsTensors) + " constants");
+  }
+  ConstantSpecs specs;
+  for (const auto& [name, entry] : root.items()) {
+    const std::string checked = printable_name(name, "a constant's name", "");
+    const std::string ctx = checked + ": ";
+    if (!entry.is_object()) throw ManifestError(ctx + "must be an object");
+    only_members(entry, {"dtype", "shape"}, ctx);
+    spec_members(entry, ctx, specs[checked]);
+  }
+  return specs;
 }
 
 WeightsManifest parse_weights_manifest(std::string_view text) {

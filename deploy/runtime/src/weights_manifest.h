@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "deploy/runtime/src/json_fields.h"
@@ -69,6 +70,12 @@ struct WeightsManifest {
 
 // Throws ManifestError.
 WeightsManifest parse_weights_manifest(std::string_view text);
+
+// The package metadata entry (contract::kWeightsMetadataKey) of a package compiled without its
+// weights: {name: {"dtype": ..., "shape": [...]}} of every constant it may be given, read as
+// strictly as weights.json. The offsets of the result are 0. Throws ManifestError.
+using ConstantSpecs = std::unordered_map<std::string, WeightsTensor>;
+ConstantSpecs parse_constant_specs(std::string_view text);
 
 // The size of one element of c10's dtype `name`; 0 for a dtype weights files cannot hold.
 size_t weights_element_size(std::string_view name);

@@ -16,6 +16,7 @@
 #include <functional>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -327,9 +328,30 @@ bool same_bits(const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& 
   return true;
 }
 
+// weights.bin's sha256 as the weights.json at `path` records it.
+std::string blob_sha256(const std::string& path) {
+  return nlohmann::json::parse(read_text(path))["blob"]["sha256"].get<std::string>();
+}
+
+// The weights the default package's export wrote beside it, which it runs on.
+std::string own_weights_sha256() { return blob_sha256(package_file("weights.json")); }
+
+// The mappings of this process whose file is a copy of a weights file (unlinked once mapped).
+int mapped_weights_files() {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  std::set<std::string> files;
+  while (std::getline(maps, line)) {
+    if (line.find("/weights") != std::string::npos && line.find(".bin") != std::string::npos) {
+      files.insert(line.substr(line.find('/')));
+    }
+  }
+  return static_cast<int>(files.size());
+}
+
 TEST_F(ModelTest, NewWeightsGiveTheRetrainedModelsOutputs) {
   Model model = Model::open(default_options());
-  EXPECT_EQ(model.weights_sha256(), "");
+  EXPECT_EQ(model.weights_sha256(), own_weights_sha256());
   const auto inputs = read(retrained("sample_input.pt"));
   const auto before = model.run(inputs);
   model.update_weights(weights_at(retrained("weights.bin")));
@@ -341,14 +363,11 @@ TEST_F(ModelTest, NewWeightsGiveTheRetrainedModelsOutputs) {
     EXPECT_TRUE(at::allclose(after[i], eager[i], 1e-4, 1e-4)) << "output " << i;
   }
   EXPECT_FALSE(same_bits(before, after)) << "the weights changed nothing";
-  const auto manifest_sha = [](const std::string& path) {
-    return nlohmann::json::parse(read_text(path))["blob"]["sha256"].get<std::string>();
-  };
-  EXPECT_EQ(model.weights_sha256(), manifest_sha(retrained("weights.json")));
+  EXPECT_EQ(model.weights_sha256(), blob_sha256(retrained("weights.json")));
   // And back: the package's own weights as a weights file give its own outputs, bit for bit.
   model.update_weights(weights_at(original("weights.bin")));
   expect_same_bits(model.run(inputs), before);
-  EXPECT_EQ(model.weights_sha256(), manifest_sha(original("weights.json")));
+  EXPECT_EQ(model.weights_sha256(), blob_sha256(original("weights.json")));
 }
 
 TEST_F(ModelTest, FourThreadsRunWhileTheWeightsAreSwappedTwentyTimes) {
@@ -418,7 +437,7 @@ TEST_F(ModelTest, WeightsThatDoNotCheckOutLeaveTheModelAsItWas) {
             my_ops::deploy::kIntegrity);
   EXPECT_EQ(error_of([&] { model.update_weights(weights_at("")); }).code(), my_ops::deploy::kUsage);
   expect_same_bits(model.run(inputs), want);
-  EXPECT_EQ(model.weights_sha256(), "");
+  EXPECT_EQ(model.weights_sha256(), own_weights_sha256());
 }
 
 // A key that is set but empty is a caller's mistake (an unset variable), not "no key": taken as
@@ -439,7 +458,51 @@ TEST_F(ModelTest, AnEmptyKeyThatIsSetIsAnError) {
   EXPECT_NE(std::string(update.what()).find("WeightsOptions::public_key is empty"),
             std::string::npos)
       << update.what();
-  EXPECT_EQ(model.weights_sha256(), "");
+  EXPECT_EQ(model.weights_sha256(), own_weights_sha256());
+}
+
+// The default package holds no weights: its export wrote them beside it, and the model computes
+// on a private mapping of them (one copy in memory), which an update replaces and which goes
+// with the model.
+TEST_F(ModelTest, APackageWithoutItsWeightsRunsOnAMappingOfTheFileBesideIt) {
+  ASSERT_EQ(mapped_weights_files(), 0);
+  {
+    Model model = Model::open(default_options());
+    EXPECT_EQ(mapped_weights_files(), 1);
+    model.update_weights(weights_at(retrained("weights.bin")));
+    EXPECT_EQ(mapped_weights_files(), 1) << "the previous weights stayed mapped";
+    EXPECT_EQ(model.weights_sha256(), blob_sha256(retrained("weights.json")));
+  }
+  EXPECT_EQ(mapped_weights_files(), 0) << "the weights outlived their model";
+
+  // Named at open, another weights file replaces the one beside the package.
+  OpenOptions options = default_options();
+  options.weights.weights = retrained("weights.bin");
+  const Model model = Model::open(options);
+  EXPECT_EQ(model.weights_sha256(), blob_sha256(retrained("weights.json")));
+  const auto got = model.run(read(retrained("sample_input.pt")));
+  const auto eager = read(retrained("expected_output.pt"));
+  ASSERT_EQ(got.size(), eager.size());
+  for (size_t i = 0; i < eager.size(); ++i) {
+    EXPECT_TRUE(at::allclose(got[i], eager[i], 1e-4, 1e-4)) << "output " << i;
+  }
+}
+
+TEST_F(ModelTest, APackageWithoutItsWeightsAndNoneBesideItIsAnIntegrityError) {
+  const std::string folder = temp_dir() + "/alone";
+  ::mkdir(folder.c_str(), 0700);
+  for (const char* name : {"model.pt2", "manifest.json"}) {
+    std::ofstream(folder + "/" + name, std::ios::binary) << read_text(package_file(name));
+  }
+  OpenOptions options = default_options();
+  options.package = folder + "/model.pt2";
+  const int before = private_folders();
+  const Error e = error_of([&] { Model::open(options); });
+  EXPECT_EQ(e.code(), my_ops::deploy::kIntegrity) << e.what();
+  EXPECT_NE(std::string(e.what()).find("holds no weights, and there is no weights.json beside it"),
+            std::string::npos)
+      << e.what();
+  EXPECT_EQ(private_folders(), before);
 }
 
 // A run from a thread of its own uses the option's thread count: at::set_num_threads sets

@@ -1,6 +1,8 @@
-// A fuzz target for weights.json's reader (parse_weights_manifest), structure-aware: each input
-// is a valid manifest with some of its numbers, names and bytes mutated, so that most inputs are
-// JSON that reaches the layout checks behind the parse (offsets, sizes, overlaps).
+// A fuzz target for weights.json's reader (parse_weights_manifest) and for the reader of the
+// package metadata entry that lists the constants of a package compiled without its weights
+// (parse_constant_specs), structure-aware: each input is a valid manifest or list with some of
+// its numbers, names and bytes mutated, so that most inputs are JSON that reaches the layout
+// checks behind the parse (offsets, sizes, overlaps). Every input goes to both readers.
 //
 // LLVMFuzzerTestOneInput is libFuzzer's entry point: with clang, build this file with
 // -fsanitize=fuzzer,address and -DMY_OPS_LIBFUZZER (which drops main() below) to run it under
@@ -29,6 +31,7 @@
 
 namespace {
 
+using my_ops::deploy::detail::ConstantSpecs;
 using my_ops::deploy::detail::ManifestError;
 using my_ops::deploy::detail::WeightsManifest;
 using my_ops::deploy::detail::WeightsTensor;
@@ -38,15 +41,19 @@ using my_ops::deploy::detail::WeightsTensor;
   std::abort();
 }
 
-void check_tensor(const WeightsTensor& t, uint64_t blob_size) {
+void check_size(const WeightsTensor& t, uint64_t limit) {
   unsigned __int128 bytes = my_ops::deploy::detail::weights_element_size(t.dtype);
   if (bytes == 0) defect("names dtype " + t.dtype);
   for (int64_t d : t.shape) {
     if (d < 0) defect("has a negative dim");
     bytes *= static_cast<uint64_t>(d);
-    if (bytes > blob_size) break;
+    if (bytes > limit) break;
   }
   if (bytes != t.nbytes) defect("has a tensor whose size is not its shape's");
+}
+
+void check_tensor(const WeightsTensor& t, uint64_t blob_size) {
+  check_size(t, blob_size);
   if (t.offset % my_ops::deploy::detail::kWeightsAlignment != 0) defect("has a misaligned tensor");
   if (static_cast<unsigned __int128>(t.offset) + t.nbytes > blob_size) {
     defect("has a tensor outside the file");
@@ -66,16 +73,24 @@ void check_disjoint(std::vector<const WeightsTensor*> all) {
   }
 }
 
-// Inputs the reader accepted, for the driver's report.
+// Inputs each reader accepted, for the driver's report.
 long accepted = 0;
+long accepted_specs = 0;
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  try {
+    const ConstantSpecs specs = my_ops::deploy::detail::parse_constant_specs(text);
+    // A shape's bytes must fit an int64_t, as c10 computes them.
+    for (const auto& [name, t] : specs) check_size(t, uint64_t{INT64_MAX});
+    ++accepted_specs;
+  } catch (const ManifestError&) {
+  }
   WeightsManifest m;
   try {
-    m = my_ops::deploy::detail::parse_weights_manifest(
-        std::string_view(reinterpret_cast<const char*>(data), size));
+    m = my_ops::deploy::detail::parse_weights_manifest(text);
   } catch (const ManifestError&) {
     return 0;
   }
@@ -115,6 +130,13 @@ std::string seed() {
    "tensors": [{"index": 0, "dtype": "Double", "shape": [64], "offset": 384}]}
  ]}
 )";
+}
+
+// The constants of a package compiled without its weights, as the exporter lists them.
+std::string specs_seed() {
+  return R"({"a.weight": {"dtype": "Float", "shape": [4, 8]},
+ "a.bias": {"dtype": "BFloat16", "shape": [8]}, "b": {"dtype": "Long", "shape": []},
+ "empty": {"dtype": "Half", "shape": [0, 3]}, "c": {"dtype": "Bool", "shape": [2, 2, 2]}})";
 }
 
 // Numbers that sit on the edges the reader must get right.
@@ -239,12 +261,13 @@ int main(int argc, char** argv) {
   const long seconds = flag(argc, argv, "--seconds", 20);
   const long max_inputs = flag(argc, argv, "--inputs", 100000000);
   const uint64_t seed_value = static_cast<uint64_t>(flag(argc, argv, "--seed", 1));
-  const std::string corpus = seed();
-  // The seed itself must parse: otherwise the mutations test nothing.
+  const std::string corpus[] = {seed(), specs_seed()};
+  // The seeds themselves must parse: otherwise the mutations test nothing.
   try {
-    my_ops::deploy::detail::parse_weights_manifest(corpus);
+    my_ops::deploy::detail::parse_weights_manifest(corpus[0]);
+    my_ops::deploy::detail::parse_constant_specs(corpus[1]);
   } catch (const ManifestError& e) {
-    std::fprintf(stderr, "the seed does not parse: %s\n", e.what());
+    std::fprintf(stderr, "a seed does not parse: %s\n", e.what());
     return 1;
   }
   // 20 times nlohmann's own parse per byte, in this build (sanitised, optimised or not): the old
@@ -254,8 +277,8 @@ int main(int argc, char** argv) {
                        0.1};
   Mutator mutator(seed_value);
   size_t largest = 0;
-  const long inputs = my_ops::deploy::detail::fuzzing::run_inputs(seconds, max_inputs, [&](long) {
-    const std::string text = mutator.mutate(corpus);
+  const long inputs = my_ops::deploy::detail::fuzzing::run_inputs(seconds, max_inputs, [&](long i) {
+    const std::string text = mutator.mutate(corpus[i % 2]);
     largest = std::max(largest, text.size());
     const double took = fastest_within(cost, text.size(), [&] {
       LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(text.data()), text.size());
@@ -275,12 +298,13 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "weights_manifest_fuzz: %ld inputs (%ld accepted, the largest %zu bytes) in at most %ld s "
-      "(seed %lu), each read within %.2f us per byte, no defect found\n",
-      inputs, accepted, largest, seconds, static_cast<unsigned long>(seed_value),
+      "weights_manifest_fuzz: %ld inputs (%ld accepted as weights manifests, %ld as constant "
+      "lists, the largest %zu bytes) in at most %ld s (seed %lu), each read within %.2f us per "
+      "byte, no defect found\n",
+      inputs, accepted, accepted_specs, largest, seconds, static_cast<unsigned long>(seed_value),
       cost.seconds_per_byte * 1e6);
   // A driver whose mutations all fail to parse reaches none of the layout checks.
-  return accepted > 0 ? 0 : 1;
+  return accepted > 0 && accepted_specs > 0 ? 0 : 1;
 }
 
 #endif  // MY_OPS_LIBFUZZER

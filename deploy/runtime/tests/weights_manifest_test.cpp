@@ -181,3 +181,50 @@ TEST(WeightsManifest, RefusesBadValues) {
 }
 
 }  // namespace
+
+// The metadata entry of a package compiled without its weights: the constants it takes.
+namespace {
+
+std::string specs_refusal(const std::string& text) {
+  try {
+    my_ops::deploy::detail::parse_constant_specs(text);
+  } catch (const ManifestError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(ConstantSpecs, ReadsEveryConstant) {
+  const auto specs = my_ops::deploy::detail::parse_constant_specs(
+      R"({"proj.weight": {"dtype": "Float", "shape": [4, 8]},
+          "scale": {"dtype": "Long", "shape": []},
+          "empty": {"dtype": "Half", "shape": [0, 3]}})");
+  ASSERT_EQ(specs.size(), 3u);
+  EXPECT_EQ(specs.at("proj.weight").dtype, "Float");
+  EXPECT_EQ(specs.at("proj.weight").shape, (std::vector<int64_t>{4, 8}));
+  EXPECT_EQ(specs.at("proj.weight").nbytes, 128u);
+  EXPECT_EQ(specs.at("scale").nbytes, 8u);
+  EXPECT_TRUE(specs.at("scale").shape.empty());
+  EXPECT_EQ(specs.at("empty").nbytes, 0u);
+}
+
+TEST(ConstantSpecs, RefusesBadEntries) {
+  EXPECT_NE(specs_refusal("[]").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(specs_refusal(R"({"a": 1})").find("a: must be an object"), std::string::npos);
+  EXPECT_NE(specs_refusal(R"({"a": {"dtype": "Complex", "shape": []}})").find("unknown dtype"),
+            std::string::npos);
+  EXPECT_NE(specs_refusal(R"({"a": {"dtype": "Float", "shape": [], "offset": 0}})"),
+            std::string(""));
+  EXPECT_NE(specs_refusal(R"({"a": {"dtype": "Float", "shape": [-1]}})").find("non-negative"),
+            std::string::npos);
+  EXPECT_NE(specs_refusal(R"({"a": {"dtype": "Float", "shape": [4611686018427387904, 4]}})")
+                .find("larger than any file"),
+            std::string::npos);
+  EXPECT_NE(specs_refusal(R"({"": {"dtype": "Float", "shape": []}})").find("printable name"),
+            std::string::npos);
+  EXPECT_NE(specs_refusal(R"({"a": {"dtype": "Float", "shape": []}, "a": {"dtype": "Float",
+            "shape": []}})"),
+            std::string(""));
+}

@@ -137,7 +137,15 @@ def test_export_of_a_model_that_imports_a_venv_only_package(venv, exported: Path
     assert manifest["compiler"]["how"].startswith("g++ from PATH"), manifest["compiler"]
     assert manifest["target"] == "linux-x86_64"
     assert sorted(os.listdir(exported)) == sorted(
-        ["model.pt2", "sample_input.pt", "expected_output.pt", "manifest.json", "architecture.json"]
+        [
+            "model.pt2",
+            "weights.bin",
+            "weights.json",
+            "sample_input.pt",
+            "expected_output.pt",
+            "manifest.json",
+            "architecture.json",
+        ]
     )
 
 
@@ -243,7 +251,7 @@ def test_python_dash_m_is_the_same_exporter(venv) -> None:
 _EXPORT_FROM_PYTHON = """
 import os, sys, tempfile
 import torch
-from my_ops.deploy import ExportError, export
+from my_ops.deploy import ExportError, export, load
 import usermodel
 
 spec = usermodel.make(8)
@@ -258,7 +266,7 @@ try:
     export(model, spec.example_inputs, "unused", max_batch=0)
 except ExportError as e:
     print("refused:", e.code, e)
-compiled = torch._inductor.aoti_load_package(str(exported.package))
+compiled = load(exported.package)
 x = torch.randn(3, 32)
 with torch.no_grad():
     got, want = compiled(x), model.eval()(x)

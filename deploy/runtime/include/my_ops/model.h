@@ -9,8 +9,9 @@
 //   std::vector<at::Tensor> outputs = model.run({at::ones({4, 64})});
 //
 // What open() does, in this order, before any code from the package or an op library runs: it
-// copies the package and each op library into a private folder (mode 0700) while hashing them,
-// through one descriptor per file, and from then on uses only the copies; checks that the package
+// copies the package, each op library and the weights file into a private folder (mode 0700)
+// while hashing them, through one descriptor per file, and from then on uses only the copies;
+// checks the weights file against its manifest (OpenOptions::weights); checks that the package
 // is a zip that is safe to extract and holds a model; and, unless `verify` is false, checks the
 // copies against the manifest (sha256, torch release, target, CPU features, signature with
 // `public_key`). Then it loads the op libraries (dlopen, RTLD_GLOBAL), checks that they register
@@ -46,13 +47,27 @@
 
 namespace my_ops::deploy {
 
+// A weights file for a model's package: values for its constants and custom objects.
+struct WeightsOptions {
+  // weights.bin, from the package's export or `export --weights-only`; empty is an Error (kUsage)
+  // for update_weights(), and OpenOptions's default weights file for open().
+  std::string weights;
+  // Its manifest; "" for weights.json beside it.
+  std::string manifest;
+  // An Ed25519 public key; weights.sig beside the manifest must be its signature of the
+  // manifest. Unset: the key the model was opened with (OpenOptions::public_key), if any. Set but
+  // empty: an Error (kUsage), as for OpenOptions::public_key.
+  std::optional<std::string> public_key;
+};
+
 struct OpenOptions {
   // The package (model.pt2) to load.
   std::string package;
   // The manifest the exporter wrote with it; "" for manifest.json beside the package.
   std::string manifest;
-  // false: skip the manifest (and so the sha256, target and signature checks). Only for
-  // packages of your own, on your own machine.
+  // false: skip the manifest (and so the sha256, target and signature checks, and the check
+  // that the weights file at open names this package). Only for packages of your own, on your
+  // own machine.
   bool verify = true;
   // An Ed25519 public key (PEM or raw 32 bytes); when set, manifest.sig beside the manifest must
   // be its signature of the manifest. Unset: no signature needed. Set but empty: an Error
@@ -73,18 +88,15 @@ struct OpenOptions {
   int intra_op_threads = 0;
   // The CUDA device a CUDA package runs on; -1 for the current device. Ignored on CPU.
   int device_index = -1;
-};
-
-// A weights file for a model's package: new values for its constants and custom objects.
-struct WeightsOptions {
-  // weights.bin, from `export --weights-only`; empty is an Error (kUsage).
-  std::string weights;
-  // Its manifest; "" for weights.json beside it.
-  std::string manifest;
-  // An Ed25519 public key; weights.sig beside the manifest must be its signature of the
-  // manifest. Unset: the key the model was opened with (OpenOptions::public_key), if any. Set but
-  // empty: an Error (kUsage), as for OpenOptions::public_key.
-  std::optional<std::string> public_key;
+  // The weights the package runs on. A CPU package's export writes them beside it (weights.bin,
+  // weights.json, and weights.sig when signed), and the package holds none itself: with
+  // `weights.weights` empty, open() takes weights.json beside the package when there is one
+  // (and fails with kIntegrity for a package without its weights when there is none). The
+  // weights are mapped, not read: the model computes on the file's pages, so that it holds them
+  // once. A package that holds its weights (CUDA, cross-compiled, --mode max-autotune) runs on
+  // its own unless a file is named, which then replaces them as update_weights() would.
+  // `weights.public_key` unset: `public_key`.
+  WeightsOptions weights;
 };
 
 // The sizes a dim of an input may take: min..max, max unset for unbounded. A static dim has
@@ -163,12 +175,13 @@ class Model {
   // weights or the new ones, never a mix, and a run in progress when the update is called
   // finishes on the weights it started with. Each failure is one Error (kIntegrity for a file
   // that does not check out or fit); the model then keeps the weights it had. One update at a
-  // time: a second call waits for the first. Memory: the new constants are copied into a second
-  // buffer, so that for the length of the call the model holds its weights twice.
+  // time: a second call waits for the first. Memory: on CPU the new weights are mapped from a
+  // private copy of weights.bin, as open() maps them, and the old ones released once swapped out,
+  // so that for the length of the call the model holds its weights twice.
   void update_weights(const WeightsOptions& weights);
 
   // The sha256 of the weights file the model runs with, as its manifest records it; "" while it
-  // runs with the weights its package was exported with. Safe during runs and updates.
+  // runs with the weights inside its package. Safe during runs and updates.
   std::string weights_sha256() const;
 
   const Metadata& metadata() const;
