@@ -90,18 +90,28 @@ def load(package: str | os.PathLike[str], weights: str | os.PathLike[str] | None
             f"{manifest_path}: {e.strerror} (a package exported without its weights runs on "
             "the weights.bin and weights.json its export wrote beside it)"
         ) from e
-    if manifest.get("format") != load_contract().weights_format:
-        raise WeightsError(f"{manifest_path} is not a weights manifest of this release")
-    package_sha256 = sha256_file(package)
-    if manifest["package"]["sha256"] != package_sha256:
+    except ValueError as e:
+        raise WeightsError(f"{manifest_path} is not JSON: {e}") from e
+    try:
+        if manifest["format"] != load_contract().weights_format:
+            raise WeightsError(f"{manifest_path} is not a weights manifest of this release")
+        named, blob_size, blob_sha256 = (
+            manifest["package"]["sha256"],
+            manifest["blob"]["size"],
+            manifest["blob"]["sha256"],
+        )
+        objects = manifest["custom_objects"]
+        listed = {entry["name"]: entry for entry in manifest["constants"]}
+    except (KeyError, TypeError) as e:
+        raise WeightsError(f"{manifest_path} is malformed: {e!r} is missing or wrong") from e
+    if named != sha256_file(package):
         raise WeightsError(f"{manifest_path} is for another package than {package}")
-    if manifest["custom_objects"] and weights is not None:
+    if objects and weights is not None:
         raise WeightsError(
             f"{manifest_path} carries custom objects' state, which only the C++ runtime sets"
         )
-    data = _mapped(blob, manifest["blob"]["size"], manifest["blob"]["sha256"])
+    data = _mapped(blob, blob_size, blob_sha256)
     held = set(compiled.get_constant_fqns())
-    listed = {entry["name"]: entry for entry in manifest["constants"]}
     if set(listed) != held:
         missing = sorted(held - set(listed)) or sorted(set(listed) - held)
         raise WeightsError(
