@@ -1,6 +1,7 @@
 #include "deploy/runtime/src/runner.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <sys/sysmacros.h>
 #include <torch/csrc/inductor/aoti_torch/c/shim.h>
 
@@ -70,7 +71,14 @@ void load_op_libraries(const std::vector<VerifiedCopy>& libraries) {
     // that its .so leaves undefined, and the dynamic linker looks for them in the global scope
     // when AOTI loads it (check_registrations makes sure they are there first). The handle is
     // never closed: registrations must outlive every run.
-    if (::dlopen(fd_path(lib).c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    // Through a descriptor of its own that is never closed: the library stays loaded for the
+    // life of the process, and its name there (/proc/self/fd/N) must keep naming it, for a
+    // sanitizer's symbolizer or a debugger that opens it by that name, after the copy's own
+    // descriptor is closed and its number reused.
+    const int kept = ::fcntl(lib.fd.get(), F_DUPFD_CLOEXEC, 0);
+    if (kept < 0) fail(kOther, "cannot keep op library " + lib.source + " open");
+    if (::dlopen(("/proc/self/fd/" + std::to_string(kept)).c_str(), RTLD_NOW | RTLD_GLOBAL) ==
+        nullptr) {
       const char* err = ::dlerror();
       std::string why = err ? err : "?";
       fail(kOpsLibrary,
