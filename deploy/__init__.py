@@ -4,6 +4,9 @@
     exported = export(model, (x,), "out")
     compiled = load(exported.package)      # with the weights beside it
 
+A decoder package (export(my_ops.llama.LlamaDecoder, None, "out"), or my-ops-export --kv-cache)
+generates tokens: ``generate(load(package), prompt_ids, 64)``, or a ``Session`` per sequence.
+
 `export`, `Exported`, `ExportError`, `load` and `WeightsError` come from the exporter
 (exporter/api.py, exporter/loading.py), imported on first use: the rest of the package (the
 bundle tools, the benchmarks) does not need it.
@@ -14,7 +17,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["ExportError", "Exported", "WeightsError", "export", "load"]
+__all__ = [
+    "ExportError",
+    "Exported",
+    "GenerateError",
+    "Generated",
+    "Sampling",
+    "Session",
+    "WeightsError",
+    "export",
+    "generate",
+    "load",
+]
 
 _EXPORTER = {
     "export": ".exporter.api",
@@ -22,6 +36,11 @@ _EXPORTER = {
     "ExportError": ".exporter.errors",
     "load": ".exporter.loading",
     "WeightsError": ".exporter.loading",
+    "GenerateError": ".exporter.generate",
+    "Generated": ".exporter.generate",
+    "Sampling": ".exporter.generate",
+    "Session": ".exporter.generate",
+    "generate": ".exporter.generate",
 }
 
 

@@ -1,5 +1,6 @@
 """deploy_pytest: a test of deploy/ or one of its components, from its file and what it needs."""
 
+load("@pypi//:requirements.bzl", "requirement")
 load("//tools/pytest:defs.bzl", "pytest_test")
 
 _LIBTORCH_LIB = "@libtorch//:site-packages/torch/lib/libc10.so"
@@ -49,6 +50,17 @@ _NEEDS = {
         data = ["//deploy:retrained_weights"],
         env = {"MY_OPS_RETRAINED_WEIGHTS": "$(rootpaths //deploy:retrained_weights)"},
         deps = [],
+    ),
+    # //deploy:decoder_package, a decoder with a KV cache of 64 positions exported from
+    # //deploy/testing:tiny_llama, which the tests import for the transformers reference.
+    # It brings "loader".
+    "decoder": struct(
+        data = ["//deploy:decoder_package"],
+        env = {"MY_OPS_DECODER_PACKAGE": "$(rootpaths //deploy:decoder_package)"},
+        deps = [
+            "//deploy/testing:tiny_llama",
+            requirement("transformers"),
+        ],
     ),
     # The test key pair in deploy/tests/testdata (the signing_keys fixture).
     "signing_keys": struct(
@@ -117,7 +129,9 @@ def deploy_pytest(
         (//deploy:signed_package: MY_OPS_SIGNED_PACKAGE; implies "loader" and
         "signing_keys"), "signing_keys" (the test key pair in deploy/tests/testdata:
         MY_OPS_TEST_PUBLIC_KEY), "weights" (//deploy:retrained_weights:
-        MY_OPS_RETRAINED_WEIGHTS; implies "package"), "exporter" (deploy.export
+        MY_OPS_RETRAINED_WEIGHTS; implies "package"), "decoder" (//deploy:decoder_package
+        and the small LLaMA it was exported from: MY_OPS_DECODER_PACKAGE; implies "loader"),
+        "exporter" (deploy.export
         and the deploy.exporter package) and
         "aarch64" (qemu, the arm64 sysroot, aarch64 LibTorch, loader, op
         library and toolchain: AARCH64_*).
@@ -139,6 +153,7 @@ def deploy_pytest(
         "package": ["loader"],
         "signed_package": ["loader", "signing_keys"],
         "weights": ["package", "loader"],
+        "decoder": ["loader"],
     }
     for need in list(needs):
         needs = needs + [n for n in implied.get(need, []) if n not in needs]

@@ -27,6 +27,10 @@ Entries:
                     metadata_key: the package metadata entry of a package
                     compiled without its weights, which lists the constants
                     it takes ({name: [dtype, shape]}, JSON).
+  state             metadata_key: the package metadata entry of a package whose
+                    runs update buffers in place (its state: {name: {dtype,
+                    shape}}, JSON); decoder_key: a decoder package's
+                    {"cache_length", "vocab_size"} (JSON).
   exit_codes        codes: every program's exit statuses, one row per number:
                     name (the Python tools' key, and my_ops/error.h's
                     enumerator: usage is kUsage), code, and meaning (one
@@ -127,6 +131,8 @@ class Contract:
     weights_format: str = ""
     weights_alignment: int = 64
     weights_metadata_key: str = ""
+    state_metadata_key: str = ""
+    decoder_metadata_key: str = ""
     weights_files: tuple[str, ...] = ()
     optional_weights_files: tuple[str, ...] = ()
     exit_codes: tuple[ExitCode, ...] = ()
@@ -217,6 +223,7 @@ def parse(data: Any, path: str) -> Contract:
                 "manifest_format",
                 "export_files",
                 "weights",
+                "state",
                 "exit_codes",
                 "input_signature",
                 "targets",
@@ -241,6 +248,9 @@ def parse(data: Any, path: str) -> Contract:
         for needed in ("weights.bin", "weights.json"):
             if needed not in weights_required:
                 raise ContractError(f"weights.files.required must list {needed}")
+        state = _members(top["state"], "state", {"metadata_key", "decoder_key"}, {"why"})
+        state_key = _string(state["metadata_key"], "state.metadata_key", _LITERAL)
+        decoder_key = _string(state["decoder_key"], "state.decoder_key", _LITERAL)
         exit_codes = _exit_codes(top["exit_codes"], "exit_codes")
         sig = _members(top["input_signature"], "input_signature", {"metadata_key", "dtypes"})
         key = _string(sig["metadata_key"], "input_signature.metadata_key", _LITERAL)
@@ -274,6 +284,8 @@ def parse(data: Any, path: str) -> Contract:
         weights_fmt,
         alignment,
         weights_key,
+        state_key,
+        decoder_key,
         weights_required,
         weights_optional,
         exit_codes,
@@ -361,6 +373,10 @@ def cc_header(contract: Contract, source: str = "deploy/contract/package_contrac
         "// The package metadata entry of a package compiled without its weights: the constants",
         "// it takes, {name: [dtype, shape]}.",
         f'inline constexpr char kWeightsMetadataKey[] = "{contract.weights_metadata_key}";',
+        "// The package metadata entries of a package with state: the buffers its runs update,",
+        '// {name: {dtype, shape}}, and a decoder\'s {"cache_length", "vocab_size"}.',
+        f'inline constexpr char kStateMetadataKey[] = "{contract.state_metadata_key}";',
+        f'inline constexpr char kDecoderMetadataKey[] = "{contract.decoder_metadata_key}";',
         "// The dtypes an input signature may name, as c10::toString names them.",
         "inline constexpr const char* kInputDtypes[] = {"
         + ", ".join(f'"{v}"' for v in contract.input_dtypes.values())

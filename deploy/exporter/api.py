@@ -49,7 +49,7 @@ class Exported:
 
 def export(
     model: Any,
-    example_inputs: Sequence[Any],
+    example_inputs: Sequence[Any] | None,
     out: str | os.PathLike[str],
     *,
     dynamic_shapes: Any = None,
@@ -80,7 +80,10 @@ def export(
     """Export `model` (a torch.nn.Module that may call my_ops) to an AOTInductor package in
     `out`, verified against the model in eager, as `my-ops-export` does.
 
-    `example_inputs` are the positional inputs torch.export traces with; `dynamic_shapes` is
+    `example_inputs` are the positional inputs torch.export traces with (None for a
+    my_ops.llama.LlamaDecoder, whose own decoder_spec gives them, its dynamic shapes, and
+    prompts of 1, 7 and its cache's length to verify with: the package keeps its KV cache
+    between runs and generates tokens); `dynamic_shapes` is
     torch.export's argument of that name (None: static shapes). The package is verified at
     batch 1, 7 and `max_batch` with inputs from `make_inputs(batch)`, else random ones shaped
     like `example_inputs` with dim 0 set to the batch, within `atol`/`rtol`. `out` is replaced
@@ -107,6 +110,14 @@ def export(
 
     if not isinstance(model, torch.nn.Module):
         raise refuse(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if example_inputs is None:
+        from my_ops.llama import LlamaDecoder, decoder_spec
+
+        if not isinstance(model, LlamaDecoder):
+            raise refuse("example_inputs is None, which only a my_ops.llama.LlamaDecoder allows")
+        decoder = decoder_spec(model)
+        example_inputs, dynamic_shapes = decoder.example_inputs, decoder.dynamic_shapes
+        make_inputs, max_batch = decoder.make_inputs, decoder.max_batch
     if isinstance(example_inputs, (str, bytes)) or not isinstance(example_inputs, Sequence):
         raise refuse(
             f"example_inputs must be a tuple of the model's positional inputs, got "

@@ -131,6 +131,15 @@ def argument_parser() -> argparse.ArgumentParser:
         help=f"largest batch size the package accepts (default: {DEFAULT_MAX_BATCH})",
     )
     p.add_argument(
+        "--kv-cache",
+        type=int,
+        default=None,
+        metavar="LEN",
+        help="export a decoder with a KV cache of LEN positions, which the package keeps "
+        "between runs: the factory is called with kv_cache=LEN (see my_ops.llama); the loader "
+        "and the SDK then generate tokens with it (loader --generate)",
+    )
+    p.add_argument(
         "--mode",
         choices=MODES,
         default=None,
@@ -317,6 +326,7 @@ def parse_args(argv: Sequence[str] | None) -> Options | KeyCommand:
         target=args.target,
         isa=args.isa,
         max_batch=args.max_batch,
+        kv_cache=args.kv_cache,
         mode=args.mode,
         inductor_options=tuple(args.inductor_option),
         c_shims=not args.no_c_shims,

@@ -71,6 +71,10 @@ def load(package: str | os.PathLike[str], weights: str | os.PathLike[str] | None
     """
     import torch
 
+    import my_ops
+
+    # The package calls the ops' C shims, which it finds in the op library once loaded.
+    my_ops.load_library()
     package = os.fspath(package)
     compiled = torch._inductor.aoti_load_package(package)
     specs_text = compiled.get_metadata().get(load_contract().weights_metadata_key)

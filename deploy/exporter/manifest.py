@@ -47,12 +47,14 @@ def make_manifest(
     march: str | None = None,
     cxx: str | None = None,
     quantization: dict[str, Any] | None = None,
+    state: dict[str, Any] | None = None,
 ) -> bytes:
     """manifest.json for a package: what the C++ loader checks before loading it.
 
     calls is what the package calls (package_calls() of the exported program).
     quantization is export --quantize's record of the package's linear layers
     (pipeline.quantization_record); None for a float package, {"scheme": "none"}.
+    state is what the package's runs update (state.manifest_record), None for none.
     march defaults to what --isa means (MARCH[isa]) and cxx to the compiler
     that built the package (real_cxx()); for another target, pass both.
     """
@@ -94,6 +96,10 @@ def make_manifest(
         # What the op libraries must register; the loader checks it before the package loads.
         **calls.manifest_fields(),
     }
+    if state is not None:
+        # What the package's runs update in place (a decoder's KV cache), for the reader: the
+        # runtime reads the same from the package's metadata.
+        manifest["state"] = state
     return (json.dumps(manifest, indent=2) + "\n").encode()
 
 
@@ -110,6 +116,7 @@ def write_manifest(
     cxx: str | None = None,
     op_library: str | None = None,
     quantization: dict[str, Any] | None = None,
+    state: dict[str, Any] | None = None,
 ) -> None:
     """Write stage/manifest.json for `package`, and stage/manifest.sig when given a key.
 
@@ -137,6 +144,7 @@ def write_manifest(
         march=march,
         cxx=cxx,
         quantization=quantization,
+        state=state,
     )
     with open(os.path.join(stage, "manifest.json"), "wb") as f:
         f.write(manifest)

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from .errors import ExportError, first_line
+from .errors import EXIT_USAGE, ExportError, first_line
 
 # deploy.default_model in this repository, my_ops.deploy.default_model in the wheel.
 DEFAULT_MODEL = f"{__package__.rpartition('.')[0]}.default_model:make_model"
@@ -45,13 +45,27 @@ def load_factory(spec: str) -> Callable[..., Any]:
     return obj
 
 
-def make_spec(factory: Callable[..., Any], max_batch: int) -> Any:
+def make_spec(factory: Callable[..., Any], max_batch: int, kv_cache: int | None = None) -> Any:
+    """The factory's spec; `kv_cache` (--kv-cache) is passed as kv_cache=, which the factory
+    must take."""
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
         params = {}
+    kwargs: dict[str, Any] = {}
+    if "max_batch" in params:
+        kwargs["max_batch"] = max_batch
+    if kv_cache is not None:
+        if "kv_cache" not in params:
+            raise ExportError(
+                f"--kv-cache: the model factory {getattr(factory, '__name__', factory)!r} takes "
+                "no kv_cache parameter (a decoder factory is make(kv_cache: int), see "
+                "my_ops.llama)",
+                EXIT_USAGE,
+            )
+        kwargs["kv_cache"] = kv_cache
     try:
-        spec = factory(max_batch=max_batch) if "max_batch" in params else factory()
+        spec = factory(**kwargs)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"model factory failed: {first_line(e)}") from e
     for name in ("module", "example_inputs", "dynamic_shapes"):

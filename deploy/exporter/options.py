@@ -49,6 +49,9 @@ class Options:
     target: str = HOST_TARGET
     isa: str = "portable"
     max_batch: int = DEFAULT_MAX_BATCH
+    # A decoder's KV cache length, passed to the factory as kv_cache (my_ops.llama); None: the
+    # factory is called without it.
+    kv_cache: int | None = None
     mode: str | None = None  # compile.MODES; None: DEFAULT_MODE
     inductor_options: tuple[str, ...] = ()  # KEY=VALUE, parsed once the export has started
     c_shims: bool = True  # call the op library's C shims, not the ProxyExecutor
@@ -111,6 +114,10 @@ def checked(opts: Options, spell: Callable[[str], str] = flag) -> Options:
         raise refuse(f"{spell('max_batch')} must be an int, got {opts.max_batch!r}")
     if opts.max_batch < 1:
         raise refuse(f"{spell('max_batch')} must be >= 1")
+    if opts.kv_cache is not None and (
+        isinstance(opts.kv_cache, bool) or not isinstance(opts.kv_cache, int) or opts.kv_cache < 2
+    ):
+        raise refuse(f"{spell('kv_cache')} must be an int >= 2, got {opts.kv_cache!r}")
     if opts.target != HOST_TARGET:
         if opts.device != "cpu":
             raise refuse(

@@ -134,6 +134,7 @@ from .output import check_out, missing_folders, publish, remove_empty, remove_wo
 from .profile import print_profile
 from .program_calls import package_calls
 from .signing import load_signing_key
+from .state import decoder_record, manifest_record, restore, snapshot, state_metadata, state_specs
 from .target import Build, build_for
 from .verify import Accuracy, agreement, package_outputs, sample_inputs
 from .weights import (
@@ -168,7 +169,7 @@ def run(
         model = opts.model
 
         def make(max_batch: int) -> Any:
-            return make_spec(load_factory(model), max_batch)
+            return make_spec(load_factory(model), max_batch, opts.kv_cache)
 
     # A folder that may not be replaced, or a bad key or base, must fail now, not
     # after minutes of compiling.
@@ -475,6 +476,23 @@ def _export_package(
         | mode_options(opts.mode)
         | extra_options
     )
+    # The buffers the model updates in place (a decoder's KV cache), which the package keeps
+    # between runs: recorded for the runtime, and put back after the eager runs below.
+    state = state_specs(ep)
+    decoder = decoder_record(spec, ep, state)
+    if state:
+        metadata = dict(options.get("aot_inductor.metadata") or {})
+        options = options | {"aot_inductor.metadata": metadata | state_metadata(state, decoder)}
+        print(
+            f"state:   {len(state)} buffers the model updates in place"
+            + (
+                f", a decoder with a KV cache of {decoder['cache_length']} positions"
+                if decoder
+                else ""
+            ),
+            flush=True,
+        )
+    initial_state = snapshot(module, list(state))
     # The weights, where they go beside the package: the constants the package takes.
     beside: dict[str, Any] | None = None
     if not opts.weights_inside and weights_beside(opts.device, build.cross, options):
@@ -531,10 +549,22 @@ def _export_package(
     torch.save(sample_cpu, os.path.join(stage, "sample_input.pt"))
     torch.save(expected, os.path.join(stage, "expected_output.pt"))
     calls = package_calls(ep, shims.calls)
+    # The package starts from the model's state as it was given (an empty cache), whatever
+    # the verification's runs wrote into it.
+    restore(module, initial_state)
     write_architecture(stage, package, ep, frozen=frozen(options), held=verified.constant_names)
     if beside is not None:
         _write_weights_beside(stage, package, ep, signing_key, verified.constant_names, times)
-    build.write_manifest(stage, package, opts.isa, opts.device, signing_key, calls, quantization)
+    build.write_manifest(
+        stage,
+        package,
+        opts.isa,
+        opts.device,
+        signing_key,
+        calls,
+        quantization,
+        manifest_record(state, decoder) if state else None,
+    )
 
 
 def _export_weights(

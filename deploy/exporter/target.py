@@ -95,9 +95,17 @@ class HostBuild:
         signing_key: Any,
         calls: PackageCalls,
         quantization: dict[str, Any] | None = None,
+        state: dict[str, Any] | None = None,
     ) -> None:
         write_manifest(
-            folder, package, isa, device, signing_key, calls=calls, quantization=quantization
+            folder,
+            package,
+            isa,
+            device,
+            signing_key,
+            calls=calls,
+            quantization=quantization,
+            state=state,
         )
 
 
@@ -159,6 +167,7 @@ class CrossBuild:
         signing_key: Any,
         calls: PackageCalls,
         quantization: dict[str, Any] | None = None,
+        state: dict[str, Any] | None = None,
     ) -> None:
         write_manifest(
             folder,
@@ -168,6 +177,7 @@ class CrossBuild:
             signing_key,
             calls=calls,
             quantization=quantization,
+            state=state,
             target=self.target.name,
             march=self.target.march,
             cxx=self.files.compiler,

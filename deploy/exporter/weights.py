@@ -84,7 +84,7 @@ def _dtype_name(dtype: Any, where: str | None) -> str:
     raise ExportError(f"{where} has dtype {dtype}, which a weights file cannot hold")
 
 
-def _tensor_spec(t: Any, where: str | None) -> dict[str, Any]:
+def tensor_spec(t: Any, where: str | None) -> dict[str, Any]:
     return {"dtype": _dtype_name(t.dtype, where), "shape": list(t.shape)}
 
 
@@ -117,7 +117,7 @@ def weights_metadata(constants: dict[str, Any]) -> str | None:
         listed = str(t.dtype).removeprefix("torch.") in load_contract().input_dtypes
         if not listed or not t.is_contiguous():
             return None
-        specs[name] = _tensor_spec(t, None)
+        specs[name] = tensor_spec(t, None)
     return json.dumps(specs, separators=(",", ":"), sort_keys=True)
 
 
@@ -294,7 +294,7 @@ def architecture(
             objects.append({"name": name, "class": cls, "state": None, "why": items})
             continue
         state = [
-            {"tensor": _tensor_spec(v, None)} if isinstance(v, torch.Tensor) else {"value": v}
+            {"tensor": tensor_spec(v, None)} if isinstance(v, torch.Tensor) else {"value": v}
             for v in items
         ]
         objects.append({"name": name, "class": cls, "state": state})
@@ -302,7 +302,7 @@ def architecture(
         "format": ARCHITECTURE_FORMAT,
         "graph_sha256": graph_sha256(ep),
         "constants": [
-            {"name": name, **_tensor_spec(t, None)}
+            {"name": name, **tensor_spec(t, None)}
             for name, t in program_constants(ep).items()
             if name not in tied and name not in unused
         ],
@@ -544,7 +544,7 @@ def write_weights(
         data = b"\0" * pad + _tensor_bytes(t)
         f.write(data)
         h.update(data)
-        entry = {**_tensor_spec(t, where), "offset": size + pad}
+        entry = {**tensor_spec(t, where), "offset": size + pad}
         size += len(data)
         return entry
 

@@ -13,6 +13,7 @@ Environment (set by the Bazel py_test rules; set them by hand otherwise):
   MY_OPS_DEFAULT_PACKAGE  the files of //deploy:default_package (space
                   separated, as $(rootpaths) gives them), for the tests that
                   need a package but not a fresh export
+  MY_OPS_DECODER_PACKAGE  the files of //deploy:decoder_package, likewise
 Relative paths are taken from the runfiles root, as $(rootpath ...) gives them.
 """
 
@@ -188,6 +189,13 @@ def package_folder(variable: str, target: str, marker: str = "model.pt2") -> Pat
 def default_package() -> Path:
     """The folder of //deploy:default_package (exported at build time)."""
     return package_folder("MY_OPS_DEFAULT_PACKAGE", "//deploy:default_package")
+
+
+@pytest.fixture(scope="session")
+def decoder_package() -> Path:
+    """The folder of //deploy:decoder_package: deploy.testing.tiny_llama exported with a KV
+    cache of 64 positions (exported at build time)."""
+    return package_folder("MY_OPS_DECODER_PACKAGE", "//deploy:decoder_package")
 
 
 @pytest.fixture

@@ -75,6 +75,7 @@ def test_every_exit_code_keeps_its_documented_number() -> None:
         "not_base_architecture": 11,
         "accuracy": 12,
         "no_cuda_backend": 13,
+        "not_decoder": 14,
     }
 
 

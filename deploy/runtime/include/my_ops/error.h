@@ -33,6 +33,7 @@ enum ExitCode : int {
   kNotBaseArchitecture = 11,  // the exporter's alone: a model for another package's weights
   kAccuracy = 12,             // the exporter's alone: a quantized model too far from the float one
   kNoCudaBackend = 13,        // a CUDA package on a LibTorch without its CUDA backend
+  kNotDecoder = 14,           // generate on a package that is not a decoder with a KV cache
 };
 
 class Error : public std::exception {
