@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <set>
 #include <string>
 #include <string_view>
@@ -23,9 +24,13 @@ constexpr const char* kUsageText =
               [--bench N | --runs N] [--threads T] [--runners R]
               [--intra-op-threads I]
               [--max-unpacked-mib M] [--max-input-mib M]
+       loader [--ops LIB.so]... --package MODEL.pt2 --generate N --prompt-ids IDS.pt
+              [--output OUT.pt] [--temperature T [--top-k K] [--top-p P] [--seed S]]
+              [--stop-token ID] [verification, weights and thread flags as above]
 
 Runs an AOTInductor package (made by the exporter, //deploy:export) on inputs from a
-torch.save file and writes the outputs with torch.save. No Python needed.
+torch.save file and writes the outputs with torch.save. No Python needed. With
+--generate, runs a decoder package (export --kv-cache) as a token loop instead.
 
 Every file is opened once, without following a symbolic link, and must be a
 regular file. The package and the op libraries are copied into a private
@@ -93,6 +98,20 @@ the current folder (under `bazel run`, to the folder it was started from).
                     MiB in all (default 32768): a zip bomb stops here.
   --max-input-mib M refuse an input or --expect file over M MiB (default 1024),
                     by its size, before reading it.
+  --generate N      generate N new tokens with a decoder package (exported with
+                    --kv-cache): the prompt in one run, then one run per token,
+                    on the package's KV cache. Prints the new token ids on one
+                    line (stdout), and the prefill and decode rates (stderr).
+                    Exit 14 for a package that is not a decoder; exit 7 for a
+                    prompt that is empty, holds an id outside the vocabulary,
+                    or with the new tokens needs more positions than the cache.
+  --prompt-ids FILE torch.save file of the prompt: a 1-D integer tensor of token
+                    ids (from the model's tokenizer); exit 7 for anything else.
+  --output FILE     with --generate: the new ids as a 1-D int64 tensor.
+  --temperature T   sample instead of greedy decoding (default 0: greedy): the
+                    logits divided by T, cut to --top-k K (default 0: all) and
+                    --top-p P (default 1: all), drawn with --seed S (default 0).
+  --stop-token ID   stop after this token (it is printed).
   -h, --help        show this help.
 
 Every flag but --ops is given at most once, and every value is non-empty:
@@ -149,6 +168,15 @@ long parse_count(const std::string& flag, const std::string& v, long min, long m
                      " and <= " + std::to_string(max) + ", got '" + v + "'");
   }
   return static_cast<long>(n);
+}
+
+double parse_fraction(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double d = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end != '\0' || !(d > 0 && d <= 1)) {
+    fail(kUsage, flag + " needs a number in (0, 1], got '" + v + "'");
+  }
+  return d;
 }
 
 double parse_tolerance(const std::string& flag, const std::string& v) {
@@ -233,6 +261,20 @@ Options parse_args(int argc, const char* const* argv) {
       o.runners = parse_count(a, next(), 1, kMaxRunners);
     } else if (a == "--intra-op-threads") {
       o.intra_op_threads = parse_count(a, next(), 1, kMaxThreads);
+    } else if (a == "--generate") {
+      o.generate = parse_count(a, next(), 1, kMaxRuns);
+    } else if (a == "--prompt-ids") {
+      o.prompt_ids = next();
+    } else if (a == "--temperature") {
+      o.temperature = parse_tolerance(a, next());
+    } else if (a == "--top-k") {
+      o.top_k = parse_count(a, next(), 1, 1L << 31);
+    } else if (a == "--top-p") {
+      o.top_p = parse_fraction(a, next());
+    } else if (a == "--seed") {
+      o.seed = static_cast<uint64_t>(parse_count(a, next(), 0, std::numeric_limits<long>::max()));
+    } else if (a == "--stop-token") {
+      o.stop_token = parse_count(a, next(), 0, 1L << 31);
     } else if (a == "--max-unpacked-mib") {
       o.max_unpacked_mib = static_cast<uint64_t>(parse_count(a, next(), 1, 1L << 30));
     } else if (a == "--max-input-mib") {
@@ -242,8 +284,24 @@ Options parse_args(int argc, const char* const* argv) {
     }
   }
   if (o.package.empty()) fail(kUsage, "--package is required (see --help)");
-  if (o.input.empty()) fail(kUsage, "--input is required (see --help)");
-  if (o.output.empty()) fail(kUsage, "--output is required (see --help)");
+  const bool sampled = seen.count("--top-k") || seen.count("--top-p") || seen.count("--seed");
+  if (o.generate > 0) {
+    if (o.prompt_ids.empty()) fail(kUsage, "--generate needs --prompt-ids");
+    for (const char* flag :
+         {"--input", "--expect", "--bench", "--runs", "--threads", "--runners"}) {
+      if (seen.count(flag)) fail(kUsage, std::string(flag) + " does not go with --generate");
+    }
+    if (sampled && o.temperature == 0) {
+      fail(kUsage, "--top-k, --top-p and --seed are for sampling: give --temperature too");
+    }
+  } else {
+    for (const char* flag :
+         {"--prompt-ids", "--temperature", "--top-k", "--top-p", "--seed", "--stop-token"}) {
+      if (seen.count(flag)) fail(kUsage, std::string(flag) + " needs --generate");
+    }
+    if (o.input.empty()) fail(kUsage, "--input is required (see --help)");
+    if (o.output.empty()) fail(kUsage, "--output is required (see --help)");
+  }
   if (o.runners == 0) o.runners = o.threads;
   if (o.bench > 0 && o.runs > 0) fail(kUsage, "--bench and --runs exclude each other");
   if (o.exact && o.expect.empty()) fail(kUsage, "--exact needs --expect");
@@ -267,7 +325,7 @@ void resolve_paths(Options& o, const std::string& base) {
     resolve(lib);
   }
   for (std::string* p : {&o.package, &o.input, &o.output, &o.expect, &o.manifest, &o.public_key,
-                         &o.weights, &o.weights_manifest}) {
+                         &o.weights, &o.weights_manifest, &o.prompt_ids}) {
     resolve(*p);
   }
 }

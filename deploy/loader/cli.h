@@ -33,6 +33,14 @@ struct Options {
   long threads = 1;
   long runners = 0;           // 0: as many as threads
   long intra_op_threads = 0;  // 0: LibTorch's default ($OMP_NUM_THREADS, else one per core)
+  // --generate N: a decoder package's token loop (my_ops/session.h) instead of one run.
+  long generate = 0;
+  std::string prompt_ids;  // torch.save file of a 1-D integer tensor
+  double temperature = 0.0;
+  long top_k = 0;
+  double top_p = 1.0;
+  uint64_t seed = 0;
+  int64_t stop_token = -1;  // -1: none
   uint64_t max_unpacked_mib = 32768;
   uint64_t max_input_mib = 1024;
   bool help = false;

@@ -3,6 +3,7 @@
 // Links only against LibTorch (no libpython), so it runs on edge hosts that have the LibTorch
 // shared libraries but no Python. `loader --help` gives the command line and the exit codes.
 
+#include <ATen/ops/tensor.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,6 +24,7 @@
 #include "my_ops/error.h"
 #include "my_ops/model.h"
 #include "my_ops/process.h"
+#include "my_ops/session.h"
 #include "my_ops/tensor_file.h"
 
 namespace my_ops::loader {
@@ -58,6 +60,53 @@ deploy::OpenOptions open_options(const Options& opt) {
   return options;
 }
 
+// The prompt of --generate: one 1-D integer tensor of token ids.
+std::vector<int64_t> read_prompt(const std::string& path, uint64_t max_bytes) {
+  const std::vector<at::Tensor> tensors = deploy::read_tensors(path, max_bytes, "prompt-ids file");
+  const auto what = [](const at::Tensor& t) {
+    return std::to_string(t.dim()) + "-D " + std::string(c10::toString(t.scalar_type()));
+  };
+  if (tensors.size() != 1 || tensors[0].dim() != 1 ||
+      !at::isIntegralType(tensors[0].scalar_type(), /*includeBool=*/false)) {
+    throw Error(kInputMismatch,
+                "prompt-ids file " + deploy::escape_line(path) +
+                    ": expected one 1-D integer tensor of token ids, got " +
+                    (tensors.size() == 1 ? "a " + what(tensors[0]) + " tensor"
+                                         : std::to_string(tensors.size()) + " tensors"));
+  }
+  const at::Tensor ids = tensors[0].to(at::kLong).contiguous();
+  return {ids.data_ptr<int64_t>(), ids.data_ptr<int64_t>() + ids.numel()};
+}
+
+// --generate: the token loop of a decoder package, ids on stdout, rates on stderr.
+int generate(const Options& opt, deploy::CheckedPackage&& checked, uint64_t max_input) {
+  const std::vector<int64_t> prompt = read_prompt(opt.prompt_ids, max_input);
+  deploy::check_output_path(opt.output);
+  deploy::Model model = deploy::Model::load(std::move(checked));
+  deploy::Session session(model);
+  deploy::GenerateOptions options;
+  options.max_new_tokens = opt.generate;
+  options.sampling = {opt.temperature, opt.top_k, opt.top_p, opt.seed};
+  if (opt.stop_token >= 0) options.stop_token = opt.stop_token;
+  const deploy::Generated out = session.generate(prompt, options);
+  if (!opt.output.empty()) {
+    deploy::write_tensors(opt.output, {at::tensor(out.tokens, at::kLong)});
+  }
+  std::string line;
+  for (int64_t t : out.tokens) line += (line.empty() ? "" : " ") + std::to_string(t);
+  std::printf("%s\n", line.c_str());
+  std::fprintf(stderr,
+               "prefill %lld tokens %.2f ms (%.1f tokens/s), decode %zu tokens %.2f ms "
+               "(%.1f tokens/s), intra-op-threads %d\n",
+               static_cast<long long>(out.prompt_tokens), out.prefill_seconds * 1e3,
+               out.prefill_tokens_per_second(), out.tokens.size() - 1, out.decode_seconds * 1e3,
+               out.decode_tokens_per_second(), model.intra_op_threads());
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    throw Error(kOther, std::string("cannot write to standard output: ") + std::strerror(errno));
+  }
+  return kOk;
+}
+
 int run(int argc, char** argv) {
   Options opt = parse_args(argc, argv);
   if (opt.help) {
@@ -77,6 +126,7 @@ int run(int argc, char** argv) {
                  "against a manifest; running unverified native code\n";
   }
   const uint64_t max_input = opt.max_input_mib << 20;
+  if (opt.generate > 0) return generate(opt, std::move(checked), max_input);
   std::vector<at::Tensor> inputs = deploy::read_tensors(opt.input, max_input, "input file");
   std::vector<at::Tensor> expected;
   if (!opt.expect.empty()) {

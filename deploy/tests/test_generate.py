@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import EXIT_CODES, error_lines, run_loader
 
 from deploy import GenerateError, Sampling, Session, generate, load
 from deploy.testing import tiny_llama
@@ -169,3 +170,145 @@ def test_bad_sampling_is_refused(model, sampling, message) -> None:
 def test_a_package_without_state_is_not_a_decoder(default_package: Path) -> None:
     with pytest.raises(GenerateError, match="not a decoder with a KV cache"):
         Session(load(default_package / "model.pt2"))
+
+
+# The C++ loader's --generate (the SDK's Session underneath).
+
+
+def loader_generate(loader_bin, ops_library, package: Path, ids, tmp_path: Path, *args: str):
+    prompt_file = tmp_path / "prompt.pt"
+    torch.save(ids if isinstance(ids, torch.Tensor) else torch.tensor(ids), prompt_file)
+    return run_loader(
+        loader_bin,
+        [
+            "--ops",
+            ops_library,
+            "--package",
+            str(package / "model.pt2"),
+            "--prompt-ids",
+            str(prompt_file),
+            *args,
+        ],
+        tmp_path / "tmp",
+    )
+
+
+@pytest.mark.parametrize(("seed", "length", "new"), [(1, 7, 40), (3, 24, 41)])
+def test_the_loader_generates_transformers_greedy_tokens(
+    loader_bin, ops_library, decoder_package, reference, tmp_path, seed, length, new
+) -> None:
+    ids = prompt(seed, length)
+    out = tmp_path / "tokens.pt"
+    proc = loader_generate(
+        loader_bin,
+        ops_library,
+        decoder_package,
+        ids,
+        tmp_path,
+        "--generate",
+        str(new),
+        "--stop-token",
+        str(EOS),
+        "--output",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = hf_greedy(reference, ids, new)
+    assert [int(t) for t in proc.stdout.split()] == expected
+    (tokens,) = torch.load(out)
+    assert tokens.dtype == torch.int64
+    assert tokens.tolist() == expected
+    assert f"prefill {length} tokens" in proc.stderr
+    assert f"decode {len(expected) - 1} tokens" in proc.stderr
+
+
+def test_the_loader_samples_the_tokens_python_samples(
+    loader_bin, ops_library, decoder_package, model, tmp_path
+) -> None:
+    ids = prompt(10, 5)
+    sampling = Sampling(temperature=0.9, top_k=8, top_p=0.95, seed=1234)
+    proc = loader_generate(
+        loader_bin,
+        ops_library,
+        decoder_package,
+        ids,
+        tmp_path,
+        "--generate",
+        "25",
+        "--temperature",
+        "0.9",
+        "--top-k",
+        "8",
+        "--top-p",
+        "0.95",
+        "--seed",
+        "1234",
+    )
+    assert proc.returncode == 0, proc.stderr
+    expected = generate(model, ids, 25, sampling).tokens
+    assert expected != generate(model, ids, 25).tokens
+    assert [int(t) for t in proc.stdout.split()] == expected
+
+
+@pytest.mark.parametrize(
+    ("ids", "new", "message"),
+    [
+        (torch.tensor([], dtype=torch.int64), 4, "the prompt is empty"),
+        ([3, tiny_llama.VOCAB], 4, "the prompt[1] = 512 is not a token id"),
+        (
+            torch.ones(2, 3, dtype=torch.int64),
+            4,
+            "expected one 1-D integer tensor of token ids, got a 2-D Long",
+        ),
+        (torch.ones(3), 4, "expected one 1-D integer tensor of token ids, got a 1-D Float"),
+        (list(range(60)), 6, "need 65 positions, the KV cache has 64"),
+    ],
+)
+def test_the_loader_refuses_a_bad_prompt_and_writes_nothing(
+    loader_bin, ops_library, decoder_package, tmp_path, ids, new, message
+) -> None:
+    out = tmp_path / "tokens.pt"
+    proc = loader_generate(
+        loader_bin,
+        ops_library,
+        decoder_package,
+        ids,
+        tmp_path,
+        "--generate",
+        str(new),
+        "--output",
+        str(out),
+    )
+    assert proc.returncode == EXIT_CODES["input_mismatch"], proc.stderr
+    assert error_lines(proc.stderr) == [error_lines(proc.stderr)[0]]
+    assert message in proc.stderr
+    assert proc.stdout == ""
+    assert not out.exists()
+
+
+def test_the_loader_refuses_to_generate_with_a_package_without_state(
+    loader_bin, ops_library, default_package, tmp_path
+) -> None:
+    proc = loader_generate(
+        loader_bin, ops_library, default_package, [1, 2], tmp_path, "--generate", "3"
+    )
+    assert proc.returncode == EXIT_CODES["not_decoder"], proc.stderr
+    assert "not a decoder with a KV cache" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--generate", "3"], "--generate needs --prompt-ids"),
+        (["--generate", "3", "--prompt-ids", "p.pt", "--input", "x.pt"], "--input does not go"),
+        (["--generate", "3", "--prompt-ids", "p.pt", "--top-k", "3"], "give --temperature too"),
+        (["--prompt-ids", "p.pt", "--input", "x.pt", "--output", "y.pt"], "needs --generate"),
+        (["--generate", "3", "--prompt-ids", "p.pt", "--top-p", "0"], "--top-p needs a number"),
+    ],
+)
+def test_generate_usage_errors(loader_bin, decoder_package, tmp_path, args, message) -> None:
+    proc = run_loader(
+        loader_bin, ["--package", str(decoder_package / "model.pt2"), *args], tmp_path / "tmp"
+    )
+    assert proc.returncode == EXIT_CODES["usage"], proc.stderr
+    assert message in proc.stderr

@@ -1,8 +1,12 @@
 #include "my_ops/model.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/zeros.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <atomic>
 #include <exception>
 #include <mutex>
 #include <shared_mutex>
@@ -15,6 +19,7 @@
 #include "deploy/runtime/src/file_io.h"
 #include "deploy/runtime/src/input_signature.h"
 #include "deploy/runtime/src/manifest.h"
+#include "deploy/runtime/src/model_impl.h"
 #include "deploy/runtime/src/op_check.h"
 #include "deploy/runtime/src/package_contract.h"
 #include "deploy/runtime/src/private_dir.h"
@@ -28,6 +33,7 @@
 namespace my_ops::deploy {
 namespace {
 
+using detail::error_text;
 using detail::translated;
 
 // libmy_ops.so in the folder of the file that holds this code: the SDK's lib/, or the folder of
@@ -71,16 +77,6 @@ std::vector<InputSignature> public_signature(const std::vector<detail::InputSpec
 }
 
 }  // namespace
-
-struct CheckedPackage::Impl {
-  OpenOptions options;
-  std::string public_key;  // options.public_key, "" when unset
-  std::unique_ptr<detail::PrivateDir> dir;
-  detail::VerifiedCopy package;
-  std::vector<detail::VerifiedCopy> libraries;
-  std::optional<detail::Manifest> manifest;  // none with verify = false
-  std::optional<detail::CheckedWeights> weights;
-};
 
 CheckedPackage CheckedPackage::check(const OpenOptions& options) {
   return translated([&] {
@@ -143,31 +139,6 @@ CheckedPackage::CheckedPackage(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 CheckedPackage::CheckedPackage(CheckedPackage&&) noexcept = default;
 CheckedPackage& CheckedPackage::operator=(CheckedPackage&&) noexcept = default;
 CheckedPackage::~CheckedPackage() = default;
-
-struct Model::Impl {
-  // Keeps the private folder, and so the copies and the extracted package, alive.
-  std::unique_ptr<CheckedPackage::Impl> package;
-  // The weights file a CPU model runs on, mapped: declared before the runner, to be unmapped
-  // after it is destroyed. Replaced once a swap has taken the runs off it.
-  detail::StagedWeights weights;
-  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> runner;
-  std::optional<std::vector<detail::InputSpec>> signature;
-  std::optional<c10::Device> device;  // the package's, when not the CPU
-  // What a package compiled without its weights takes, from its metadata.
-  std::optional<detail::ConstantSpecs> constant_specs;
-  Metadata metadata;
-
-  // Runs share `runs`; the swap of an update takes it alone. A run first passes through
-  // `turnstile`, which a waiting swap holds, so that a steady stream of runs cannot keep the
-  // swap out.
-  mutable std::shared_mutex runs;
-  mutable std::mutex turnstile;
-  // One update at a time: each stages into the one inactive buffer.
-  std::mutex updating;
-  long updates = 0;  // names each update's copy of its weights file; under `updating`
-  // weights.bin's sha256 of the last update; written with `runs` held alone.
-  std::string weights_sha256;
-};
 
 Model Model::open(const OpenOptions& options) { return load(CheckedPackage::check(options)); }
 
@@ -234,6 +205,33 @@ Model Model::load(CheckedPackage&& checked) {
                       "writes weights.bin and weights.json with model.pt2, to be kept together "
                       "(or name a weights file for it)");
     }
+    // A package with state: the buffers its runs update, and a decoder's cache and vocabulary.
+    const auto entry = [&](const char* key) -> std::optional<std::string> {
+      auto it = aoti_metadata.find(key);
+      return it == aoti_metadata.end() ? std::nullopt : std::optional<std::string>(it->second);
+    };
+    try {
+      if (auto text = entry(detail::contract::kStateMetadataKey)) {
+        impl->state_specs = detail::parse_constant_specs(*text);
+      }
+      if (auto text = entry(detail::contract::kDecoderMetadataKey)) {
+        impl->decoder = detail::parse_decoder_spec(*text);
+      }
+    } catch (const detail::ManifestError& e) {
+      throw Error(kPackageCorrupt, "package " + package.package.source +
+                                       " has a malformed description of its state: " + e.what());
+    }
+    if (impl->decoder && !impl->state_specs) {
+      throw Error(kPackageCorrupt,
+                  "package " + package.package.source + " is a decoder without a state");
+    }
+    if (impl->state_specs) {
+      for (const auto& [name, spec] : *impl->state_specs) md.state.push_back(name);
+      std::sort(md.state.begin(), md.state.end());
+      impl->own_state = detail::make_state(*impl->state_specs, impl->device);
+    }
+    if (impl->decoder)
+      md.decoder = DecoderInfo{impl->decoder->cache_length, impl->decoder->vocab_size};
     // Without a signature this runtime understands, AOTI's own runtime checks still apply.
     if (auto it = aoti_metadata.find(detail::kInputSignatureKey); it != aoti_metadata.end()) {
       impl->signature = detail::parse_input_signature(it->second);
@@ -282,8 +280,50 @@ std::vector<at::Tensor> Model::prepare(const std::vector<at::Tensor>& inputs) co
   });
 }
 
+namespace detail {
+
+std::unique_ptr<SessionState> make_state(const ConstantSpecs& specs,
+                                         const std::optional<c10::Device>& device) {
+  static std::atomic<uint64_t> last_id{0};
+  auto state = std::make_unique<SessionState>();
+  state->id = ++last_id;
+  for (const auto& [name, spec] : specs) {
+    const at::TensorOptions options = at::TensorOptions()
+                                          .dtype(dtype_named(spec.dtype))
+                                          .device(device.value_or(c10::Device(c10::kCPU)));
+    at::Tensor memory = at::zeros(spec.shape, options);
+    state->views.emplace(name, at::from_blob(memory.data_ptr(), spec.shape, options));
+    state->memory.push_back(std::move(memory));
+  }
+  return state;
+}
+
+std::vector<at::Tensor> run_on_state(const Model::Impl& impl, SessionState& state,
+                                     const std::vector<at::Tensor>& prepared) {
+  {
+    std::lock_guard pass(impl.turnstile);
+  }
+  std::unique_lock alone(impl.runs);
+  at::internal::lazy_init_num_threads();
+  return translated([&] {
+    if (impl.bound_state != state.id) {
+      try {
+        impl.runner->load_constants(state.views, /*use_inactive=*/false,
+                                    /*check_full_update=*/false, /*user_managed=*/true);
+      } catch (const std::exception& e) {
+        throw Error(kOther, "cannot give the package its state: " + error_text(e));
+      }
+      impl.bound_state = state.id;
+    }
+    return run_once(*impl.runner, prepared);
+  });
+}
+
+}  // namespace detail
+
 std::vector<at::Tensor> Model::run(const std::vector<at::Tensor>& inputs) const {
   const std::vector<at::Tensor> prepared = prepare(inputs);
+  if (impl_->own_state) return detail::run_on_state(*impl_, *impl_->own_state, prepared);
   {
     std::lock_guard pass(impl_->turnstile);
   }
@@ -316,6 +356,8 @@ void Model::update_weights(const WeightsOptions& options) {
       std::unique_lock no_runs(impl.runs);
       detail::activate_weights(*impl.runner, staged, detail::WeightsBuffer::kInactive);
       impl.weights_sha256 = staged.sha256;
+      // The new buffer holds the weights file's state: each run hands the package its own again.
+      impl.bound_state = 0;
     }
     // No run reads the previous buffer, or the previous mapping, once the swap is done.
     detail::release_previous_weights(*impl.runner);

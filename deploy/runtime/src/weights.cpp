@@ -36,7 +36,13 @@ constexpr FileRole kWeightsManifestRole{"weights manifest", kIntegrity, kIntegri
 // How torch names the custom class registered as class_<T>("Class") in TORCH_LIBRARY(ns).
 constexpr char kCustomClassPrefix[] = "__torch__.torch.classes.";
 
-c10::ScalarType scalar_type(const std::string& name) {
+std::string describe(const std::string& dtype, c10::IntArrayRef shape) {
+  return dtype + " " + c10::str(shape);
+}
+
+}  // namespace
+
+c10::ScalarType dtype_named(const std::string& name) {
   for (c10::ScalarType t : {at::kFloat, at::kDouble, at::kHalf, at::kBFloat16, at::kLong, at::kInt,
                             at::kShort, at::kChar, at::kByte, at::kBool}) {
     if (name == c10::toString(t)) return t;
@@ -44,12 +50,6 @@ c10::ScalarType scalar_type(const std::string& name) {
   // parse_weights_manifest admits only the dtypes above.
   fail(kIntegrity, "unknown dtype " + single_quoted(name));
 }
-
-std::string describe(const std::string& dtype, c10::IntArrayRef shape) {
-  return dtype + " " + c10::str(shape);
-}
-
-}  // namespace
 
 // A private, writable mapping of the private copy of weights.bin: the model may write to a buffer
 // it owns, which then becomes this process's page, never the file's.
@@ -79,7 +79,7 @@ namespace {
 
 // The tensor at `t` in the mapping, which it does not own (see StagedWeights::mapping).
 at::Tensor mapped_tensor(const Mapping& mapping, const WeightsTensor& t) {
-  const auto options = at::TensorOptions().dtype(scalar_type(t.dtype));
+  const auto options = at::TensorOptions().dtype(dtype_named(t.dtype));
   if (t.nbytes == 0) return at::empty(t.shape, options);
   return at::from_blob(mapping.data() + t.offset, t.shape, options);
 }

@@ -78,6 +78,10 @@ struct StagedWeights {
 // weights, before its first run) or the inactive one (an update, swapped in by activate_weights).
 enum class WeightsBuffer { kActive, kInactive };
 
+// c10's dtype of one of the weights files' dtype names (weights_element_size's); kIntegrity for
+// another.
+c10::ScalarType dtype_named(const std::string& name);
+
 // Fails with kIntegrity, naming the file at fault: a missing or unreadable manifest, a signature
 // that does not verify, a malformed manifest, weights for another package than the one whose
 // sha256 is `package_sha256` ("": any package, for a package loaded unverified, whose weights

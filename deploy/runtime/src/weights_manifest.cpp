@@ -180,6 +180,21 @@ ConstantSpecs parse_constant_specs(std::string_view text) {
   return specs;
 }
 
+DecoderSpec parse_decoder_spec(std::string_view text) {
+  const Json root = parse_strict_json(text, JsonLimits{2, 8});
+  if (!root.is_object()) throw ManifestError("not a JSON object");
+  only_members(root, {"cache_length", "vocab_size"}, "");
+  const auto size = [&](const char* key) {
+    const uint64_t value = unsigned_member(root, key, "");
+    if (value < 1 || value > static_cast<uint64_t>(kMaxDecoderSize)) {
+      throw ManifestError(std::string("'") + key + "' must be 1 to " +
+                          std::to_string(kMaxDecoderSize) + ", got " + std::to_string(value));
+    }
+    return static_cast<int64_t>(value);
+  };
+  return {size("cache_length"), size("vocab_size")};
+}
+
 WeightsManifest parse_weights_manifest(std::string_view text) {
   const Json root = parse_strict_json(text, kWeightsJsonLimits);
   if (!root.is_object()) throw ManifestError("not a JSON object");

@@ -77,6 +77,15 @@ WeightsManifest parse_weights_manifest(std::string_view text);
 using ConstantSpecs = std::unordered_map<std::string, WeightsTensor>;
 ConstantSpecs parse_constant_specs(std::string_view text);
 
+// The package metadata entry of a decoder (contract::kDecoderMetadataKey): {"cache_length": L,
+// "vocab_size": V}, both in 1 .. kMaxDecoderSize. Throws ManifestError.
+constexpr int64_t kMaxDecoderSize = int64_t{1} << 31;
+struct DecoderSpec {
+  int64_t cache_length = 0;
+  int64_t vocab_size = 0;
+};
+DecoderSpec parse_decoder_spec(std::string_view text);
+
 // The size of one element of c10's dtype `name`; 0 for a dtype weights files cannot hold.
 size_t weights_element_size(std::string_view name);
 

@@ -1,8 +1,9 @@
 // A fuzz target for weights.json's reader (parse_weights_manifest) and for the reader of the
 // package metadata entry that lists the constants of a package compiled without its weights
-// (parse_constant_specs), structure-aware: each input is a valid manifest or list with some of
-// its numbers, names and bytes mutated, so that most inputs are JSON that reaches the layout
-// checks behind the parse (offsets, sizes, overlaps). Every input goes to both readers.
+// (parse_constant_specs) and of a decoder's entry (parse_decoder_spec), structure-aware: each input
+// is a valid manifest or list with some of its numbers, names and bytes mutated, so that most
+// inputs are JSON that reaches the layout checks behind the parse (offsets, sizes, overlaps). Every
+// input goes to every reader.
 //
 // LLVMFuzzerTestOneInput is libFuzzer's entry point: with clang, build this file with
 // -fsanitize=fuzzer,address and -DMY_OPS_LIBFUZZER (which drops main() below) to run it under
@@ -86,6 +87,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // A shape's bytes must fit an int64_t, as c10 computes them.
     for (const auto& [name, t] : specs) check_size(t, uint64_t{INT64_MAX});
     ++accepted_specs;
+  } catch (const ManifestError&) {
+  }
+  try {
+    const auto decoder = my_ops::deploy::detail::parse_decoder_spec(text);
+    if (decoder.cache_length < 1 || decoder.vocab_size < 1 ||
+        decoder.cache_length > my_ops::deploy::detail::kMaxDecoderSize ||
+        decoder.vocab_size > my_ops::deploy::detail::kMaxDecoderSize) {
+      defect("a decoder entry out of range was accepted");
+    }
   } catch (const ManifestError&) {
   }
   WeightsManifest m;
@@ -261,11 +271,12 @@ int main(int argc, char** argv) {
   const long seconds = flag(argc, argv, "--seconds", 20);
   const long max_inputs = flag(argc, argv, "--inputs", 100000000);
   const uint64_t seed_value = static_cast<uint64_t>(flag(argc, argv, "--seed", 1));
-  const std::string corpus[] = {seed(), specs_seed()};
+  const std::string corpus[] = {seed(), specs_seed(), R"({"cache_length":64,"vocab_size":512})"};
   // The seeds themselves must parse: otherwise the mutations test nothing.
   try {
     my_ops::deploy::detail::parse_weights_manifest(corpus[0]);
     my_ops::deploy::detail::parse_constant_specs(corpus[1]);
+    my_ops::deploy::detail::parse_decoder_spec(corpus[2]);
   } catch (const ManifestError& e) {
     std::fprintf(stderr, "a seed does not parse: %s\n", e.what());
     return 1;
@@ -278,7 +289,7 @@ int main(int argc, char** argv) {
   Mutator mutator(seed_value);
   size_t largest = 0;
   const long inputs = my_ops::deploy::detail::fuzzing::run_inputs(seconds, max_inputs, [&](long i) {
-    const std::string text = mutator.mutate(corpus[i % 2]);
+    const std::string text = mutator.mutate(corpus[i % std::size(corpus)]);
     largest = std::max(largest, text.size());
     const double took = fastest_within(cost, text.size(), [&] {
       LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(text.data()), text.size());

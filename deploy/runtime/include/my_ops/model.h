@@ -113,6 +113,12 @@ struct InputSignature {
   std::vector<DimRange> dims;
 };
 
+// What a decoder package (export --kv-cache) generates with: my_ops/session.h.
+struct DecoderInfo {
+  int64_t cache_length = 0;  // positions in its KV cache
+  int64_t vocab_size = 0;    // token ids are 0 .. vocab_size - 1
+};
+
 struct Metadata {
   // From the package itself.
   std::string package_sha256;          // of the bytes loaded
@@ -125,6 +131,10 @@ struct Metadata {
   std::vector<std::string> cpu_features;  // what the package's code needs of the CPU
   std::vector<std::string> ops;           // the custom ops it calls, "ns::op[.overload]"
   std::vector<std::string> classes;       // the custom classes it holds, "ns::Class"
+  // From the package: the buffers its runs update in place (a decoder's KV cache), which it
+  // keeps between runs; empty for a package without state. A decoder's sizes, where it is one.
+  std::vector<std::string> state;
+  std::optional<DecoderInfo> decoder;
 };
 
 // A package and its op libraries copied into a private folder and checked, with none of their
@@ -147,6 +157,8 @@ class CheckedPackage {
   std::unique_ptr<Impl> impl_;
 };
 
+class Session;
+
 class Model {
  public:
   // Throws Error; see the top of this file for what it checks, in which order.
@@ -160,7 +172,9 @@ class Model {
 
   // Runs the package on `inputs`, which must fit its input signature (kInputMismatch otherwise,
   // before anything runs). CPU inputs are moved to a CUDA package's device; outputs are on the
-  // package's device. Safe from several threads at once.
+  // package's device. Safe from several threads at once. A package with state (metadata().state)
+  // runs on the model's own copy of it, which its runs update, one run at a time; a
+  // my_ops::deploy::Session (my_ops/session.h) holds a state of its own.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
 
   // What run() does to its inputs first: checks them against the input signature, makes them
@@ -193,6 +207,7 @@ class Model {
   struct Impl;
 
  private:
+  friend class Session;
   explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
