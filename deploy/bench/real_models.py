@@ -194,3 +194,14 @@ for _model in MODELS:
             globals()[name(_model, _variant, _length)] = functools.partial(
                 make, _model, _variant, _length
             )
+
+
+def smollm2_decoder(kv_cache: int):
+    """SmolLM2 as a decoder with a KV cache of ``kv_cache`` positions (my_ops.llama), for
+    ``--kv-cache``: what //deploy:bench_models --generate runs. Its logits (magnitude ~20,
+    through 30 layers) are verified within 1e-3."""
+    from my_ops.llama import LlamaDecoder, decoder_spec
+
+    spec = decoder_spec(LlamaDecoder.from_hf(_smollm2(), kv_cache))
+    spec.atol = spec.rtol = 1e-3
+    return spec

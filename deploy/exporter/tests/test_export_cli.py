@@ -73,6 +73,22 @@ def test_unwritable_out(tmp_path: Path) -> None:
     _assert_clean_failure(proc, tmp_path, "cannot write output folder", EXIT_FAILURE)
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--kv-cache", "1"], "--kv-cache must be an int >= 2"),
+        # The default model's factory is not a decoder's.
+        (["--kv-cache", "16"], "--kv-cache: the model factory 'make_model' takes no kv_cache"),
+    ],
+)
+def test_kv_cache_needs_a_length_and_a_decoder_factory(tmp_path: Path, args, message) -> None:
+    out = tmp_path / "out"
+    proc = run_export([*args, "--out", str(out)], tmp_path / "tmp")
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert not out.exists()
+
+
 def test_usage_error_is_one_line(tmp_path: Path) -> None:
     proc = run_export(["--max-batch", "0"], tmp_path / "tmp")
     assert proc.returncode == 2
@@ -89,6 +105,7 @@ _VALUE_FLAGS = [
     "--target",
     "--isa",
     "--max-batch",
+    "--kv-cache",
     "--mode",
     "--inductor-option",
     "--cache-dir",
