@@ -205,10 +205,18 @@ class LlamaDecoder(nn.Module):
         return self.lm_head(rms_norm(last, self.norm, self.eps)).squeeze(1)
 
     @classmethod
-    def from_hf(cls, lm: nn.Module, cache_length: int) -> LlamaDecoder:
+    def from_hf(
+        cls, lm: nn.Module, cache_length: int, tie_word_embeddings: bool = False
+    ) -> LlamaDecoder:
         """The decoder of a transformers ``LlamaForCausalLM`` (or a model of its layout: SmolLM2,
         TinyLlama, ...), with a copy of its float32 weights. Refuses what it does not compute:
-        biases, another activation, sliding windows."""
+        biases, another activation.
+
+        A model whose LM head shares the embedding's weights gets a copy of them for its head
+        unless ``tie_word_embeddings``: the exporter then packs the head like every other linear
+        layer (``--float-linear packed``), which made SmolLM2's decode steps 1.3x (one thread)
+        to 1.5x (two) faster than its tied product through LibTorch's matrix-vector code, for
+        49152 x 576 floats (113 MB) more."""
         hf = lm.config
         text = getattr(hf, "get_text_config", lambda: hf)()
         for name, expected in (
@@ -231,13 +239,15 @@ class LlamaDecoder(nn.Module):
             head_dim=head_dim,
             rms_norm_eps=text.rms_norm_eps,
         )
+        # Shared only where the model shares them and the caller asks for it.
+        tied = tie_word_embeddings and bool(getattr(text, "tie_word_embeddings", False))
         rotary = lm.model.rotary_emb
         decoder = cls(
             config,
             cache_length,
             rotary.inv_freq.detach().float(),
             float(getattr(rotary, "attention_scaling", 1.0)),
-            tie_word_embeddings=bool(getattr(text, "tie_word_embeddings", False)),
+            tie_word_embeddings=tied,
         )
         src = lm.model
 
@@ -260,7 +270,7 @@ class LlamaDecoder(nn.Module):
                 copy(mine.mlp.gate_up.weight, mlp.gate_proj.weight, mlp.up_proj.weight)
                 copy(mine.mlp.down.weight, mlp.down_proj.weight)
             copy(decoder.norm, src.norm.weight)
-            if decoder.lm_head.weight is not decoder.embed.weight:
+            if not tied:
                 copy(decoder.lm_head.weight, lm.lm_head.weight)
         return decoder.eval()
 
