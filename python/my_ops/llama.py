@@ -39,6 +39,35 @@ from .ops.rms_norm import rms_norm
 from .ops.rotary_embedding import rotary_embedding
 from .ops.silu_and_mul import silu_and_mul
 
+
+def _aten_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+def _aten_fused_add_rms_norm(x, residual, weight, eps):
+    h = x + residual
+    return _aten_rms_norm(h, weight, eps), h
+
+
+def _aten_rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
+
+
+def _aten_silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    gate, up = x.chunk(2, dim=-1)
+    return nn.functional.silu(gate) * up
+
+
+# The block's ops: this library's, or the same math in ATen ops (custom_ops=False: the model
+# other runtimes and Inductor compile on their own, for comparisons).
+_OPS = {
+    True: (rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul),
+    False: (_aten_rms_norm, _aten_fused_add_rms_norm, _aten_rotary_embedding, _aten_silu_and_mul),
+}
+
 # The buffers of every layer that hold the state, by the names a package records them under
 # (``layers.<i>.<name>``).
 CACHE_BUFFERS = ("k_cache", "v_cache")
@@ -59,8 +88,12 @@ class LlamaConfig:
 
 
 class _Attention(nn.Module):
-    def __init__(self, config: LlamaConfig, cache_length: int) -> None:
+    def __init__(self, config: LlamaConfig, cache_length: int, custom_ops: bool) -> None:
         super().__init__()
+        self.rotary = _OPS[custom_ops][2]
+        # ExecuTorch's lowering of SDPA lays its output out in a way the grouped query's view
+        # cannot read: the model in ATen ops repeats the cache, as transformers' does.
+        self.repeat_kv = not custom_ops
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
@@ -83,40 +116,52 @@ class _Attention(nn.Module):
         tokens = x.shape[1]
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         q, k, v = self.qkv(x).split([q_width, kv_width, kv_width], dim=-1)
-        q = rotary_embedding(q.view(1, tokens, self.heads, self.head_dim), cos, sin)
-        k = rotary_embedding(k.view(1, tokens, self.kv_heads, self.head_dim), cos, sin)
+        q = self.rotary(q.view(1, tokens, self.heads, self.head_dim), cos, sin)
+        k = self.rotary(k.view(1, tokens, self.kv_heads, self.head_dim), cos, sin)
         v = v.view(1, tokens, self.kv_heads, self.head_dim)
         self.k_cache.index_copy_(2, positions, k.transpose(1, 2))
         self.v_cache.index_copy_(2, positions, v.transpose(1, 2))
-        # Grouped-query attention without repeating the cache: query head h reads kv head
-        # h // group, so each kv head's group of query heads is one longer query.
+        # Query head h reads kv head h // group.
         group = self.heads // self.kv_heads
-        q = q.transpose(1, 2).reshape(1, self.kv_heads, group * tokens, self.head_dim)
-        out = nn.functional.scaled_dot_product_attention(
-            q, self.k_cache, self.v_cache, attn_mask=mask.repeat(group, 1)
-        )
-        out = out.view(1, self.heads, tokens, self.head_dim).transpose(1, 2)
-        return self.o(out.reshape(1, tokens, q_width))
+        q = q.transpose(1, 2)
+        if self.repeat_kv:
+            # As transformers writes it (repeat_kv): the cache repeated for each query head.
+            out = nn.functional.scaled_dot_product_attention(
+                q,
+                self.k_cache.repeat_interleave(group, dim=1),
+                self.v_cache.repeat_interleave(group, dim=1),
+                attn_mask=mask,
+            )
+        else:
+            # Without repeating the cache: each kv head's group of query heads is one longer
+            # query.
+            q = q.reshape(1, self.kv_heads, group * tokens, self.head_dim)
+            out = nn.functional.scaled_dot_product_attention(
+                q, self.k_cache, self.v_cache, attn_mask=mask.repeat(group, 1)
+            )
+            out = out.view(1, self.heads, tokens, self.head_dim)
+        return self.o(out.transpose(1, 2).reshape(1, tokens, q_width))
 
 
 class _MLP(nn.Module):
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, custom_ops: bool) -> None:
         super().__init__()
+        self.silu_and_mul = _OPS[custom_ops][3]
         # gate and up as one product, whose halves silu_and_mul combines.
         self.gate_up = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(silu_and_mul(self.gate_up(x)))
+        return self.down(self.silu_and_mul(self.gate_up(x)))
 
 
 class _Layer(nn.Module):
-    def __init__(self, config: LlamaConfig, cache_length: int) -> None:
+    def __init__(self, config: LlamaConfig, cache_length: int, custom_ops: bool) -> None:
         super().__init__()
         self.input_norm = nn.Parameter(torch.ones(config.hidden_size))
-        self.attention = _Attention(config, cache_length)
+        self.attention = _Attention(config, cache_length, custom_ops)
         self.post_attention_norm = nn.Parameter(torch.ones(config.hidden_size))
-        self.mlp = _MLP(config)
+        self.mlp = _MLP(config, custom_ops)
 
 
 class LlamaDecoder(nn.Module):
@@ -131,6 +176,7 @@ class LlamaDecoder(nn.Module):
         inv_freq: torch.Tensor,
         attention_scaling: float = 1.0,
         tie_word_embeddings: bool = False,
+        custom_ops: bool = True,
     ) -> None:
         super().__init__()
         if not isinstance(cache_length, int) or isinstance(cache_length, bool):
@@ -149,10 +195,11 @@ class LlamaDecoder(nn.Module):
             )
         self.config = config
         self.cache_length = cache_length
+        self._rms_norm, self._fused_add_rms_norm = _OPS[custom_ops][:2]
         self.eps = float(config.rms_norm_eps)
         self.embed = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
-            _Layer(config, cache_length) for _ in range(config.num_hidden_layers)
+            _Layer(config, cache_length, custom_ops) for _ in range(config.num_hidden_layers)
         )
         self.norm = nn.Parameter(torch.ones(config.hidden_size))
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -194,19 +241,23 @@ class LlamaDecoder(nn.Module):
         for layer in self.layers:
             if residual is None:
                 residual = h
-                x = rms_norm(h, layer.input_norm, self.eps)
+                x = self._rms_norm(h, layer.input_norm, self.eps)
             else:
-                x, residual = fused_add_rms_norm(h, residual, layer.input_norm, self.eps)
+                x, residual = self._fused_add_rms_norm(h, residual, layer.input_norm, self.eps)
             h = layer.attention(x, positions, cos, sin, mask)
-            x, residual = fused_add_rms_norm(h, residual, layer.post_attention_norm, self.eps)
+            x, residual = self._fused_add_rms_norm(h, residual, layer.post_attention_norm, self.eps)
             h = layer.mlp(x)
         # Only the last token's logits: the next token's distribution.
         last = (h[:, -1] + residual[:, -1]).unsqueeze(1)
-        return self.lm_head(rms_norm(last, self.norm, self.eps)).squeeze(1)
+        return self.lm_head(self._rms_norm(last, self.norm, self.eps)).squeeze(1)
 
     @classmethod
     def from_hf(
-        cls, lm: nn.Module, cache_length: int, tie_word_embeddings: bool = False
+        cls,
+        lm: nn.Module,
+        cache_length: int,
+        tie_word_embeddings: bool = False,
+        custom_ops: bool = True,
     ) -> LlamaDecoder:
         """The decoder of a transformers ``LlamaForCausalLM`` (or a model of its layout: SmolLM2,
         TinyLlama, ...), with a copy of its float32 weights. Refuses what it does not compute:
@@ -216,7 +267,8 @@ class LlamaDecoder(nn.Module):
         unless ``tie_word_embeddings``: the exporter then packs the head like every other linear
         layer (``--float-linear packed``), which made SmolLM2's decode steps 1.3x (one thread)
         to 1.5x (two) faster than its tied product through LibTorch's matrix-vector code, for
-        49152 x 576 floats (113 MB) more."""
+        49152 x 576 floats (113 MB) more. ``custom_ops=False``: the same decoder in ATen ops, for
+        Inductor and other runtimes to compile on their own."""
         hf = lm.config
         text = getattr(hf, "get_text_config", lambda: hf)()
         for name, expected in (
@@ -248,6 +300,7 @@ class LlamaDecoder(nn.Module):
             rotary.inv_freq.detach().float(),
             float(getattr(rotary, "attention_scaling", 1.0)),
             tie_word_embeddings=tied,
+            custom_ops=custom_ops,
         )
         src = lm.model
 

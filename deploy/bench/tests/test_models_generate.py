@@ -23,7 +23,7 @@ def test_one_generate_run_gives_both_rates(tmp_path: Path) -> None:
     prompt = tmp_path / "prompt.pt"
     torch.save(torch.arange(5), prompt)
     package = Path(_file("MY_OPS_DECODER_PACKAGE", "/model.pt2")).parent
-    prefill, decode = models_generate.generate_once(
+    prefill, decode, tokens = models_generate.generate_once(
         _file("MY_OPS_LOADER"),
         _file("MY_OPS_LIBRARY"),
         package,
@@ -36,6 +36,8 @@ def test_one_generate_run_gives_both_rates(tmp_path: Path) -> None:
     # A two-layer model of width 64: thousands of tokens per second either way.
     assert prefill > 100
     assert decode > 100
+    assert len(tokens) == 20
+    assert all(0 <= t < 512 for t in tokens)
 
 
 def test_a_failed_run_is_an_error(tmp_path: Path) -> None:
