@@ -598,7 +598,15 @@ def main(argv: list[str] | None = None) -> int:
             work,
             env,
         )
-        rows, missed = models_generate.measure(runners, thread_counts, args.rounds, _pin)
+        parity, missed = models_generate.check_transformers(runners, real_models._smollm2())
+        print_table(
+            f"SmolLM2 greedy, {models_generate.NEW_TOKENS} new tokens: ours (loader) against "
+            "transformers' generate in eager",
+            ("prompt tokens", "transformers' tokens", "ours"),
+            parity,
+        )
+        rows, timing_missed = models_generate.measure(runners, thread_counts, args.rounds, _pin)
+        missed += timing_missed
         print_table(
             f"SmolLM2-135M fp32, KV cache {models_generate.CACHE}, greedy, "
             f"{models_generate.NEW_TOKENS} new tokens, tokens/s, median of {args.rounds} rounds",
