@@ -175,36 +175,38 @@ def test_a_package_without_state_is_not_a_decoder(default_package: Path) -> None
 # The C++ loader's --generate (the SDK's Session underneath).
 
 
-def loader_generate(loader_bin, ops_library, package: Path, ids, tmp_path: Path, *args: str):
-    prompt_file = tmp_path / "prompt.pt"
-    torch.save(ids if isinstance(ids, torch.Tensor) else torch.tensor(ids), prompt_file)
-    return run_loader(
-        loader_bin,
-        [
-            "--ops",
-            ops_library,
-            "--package",
-            str(package / "model.pt2"),
-            "--prompt-ids",
-            str(prompt_file),
-            *args,
-        ],
-        tmp_path / "tmp",
-    )
+@pytest.fixture
+def loader_generate(loader_bin, ops_library, decoder_package, tmp_path):
+    """loader --prompt-ids (a file of `ids`) and `args` on `package` (the decoder's)."""
+
+    def run(ids, *args: str, package: Path = decoder_package):
+        prompt_file = tmp_path / "prompt.pt"
+        torch.save(ids if isinstance(ids, torch.Tensor) else torch.tensor(ids), prompt_file)
+        return run_loader(
+            loader_bin,
+            [
+                "--ops",
+                ops_library,
+                "--package",
+                str(package / "model.pt2"),
+                "--prompt-ids",
+                str(prompt_file),
+                *args,
+            ],
+            tmp_path / "tmp",
+        )
+
+    return run
 
 
 @pytest.mark.parametrize(("seed", "length", "new"), [(1, 7, 40), (3, 24, 41)])
 def test_the_loader_generates_transformers_greedy_tokens(
-    loader_bin, ops_library, decoder_package, reference, tmp_path, seed, length, new
+    loader_generate, reference, tmp_path, seed, length, new
 ) -> None:
     ids = prompt(seed, length)
     out = tmp_path / "tokens.pt"
     proc = loader_generate(
-        loader_bin,
-        ops_library,
-        decoder_package,
         ids,
-        tmp_path,
         "--generate",
         str(new),
         "--stop-token",
@@ -222,17 +224,11 @@ def test_the_loader_generates_transformers_greedy_tokens(
     assert f"decode {len(expected) - 1} tokens" in proc.stderr
 
 
-def test_the_loader_samples_the_tokens_python_samples(
-    loader_bin, ops_library, decoder_package, model, tmp_path
-) -> None:
+def test_the_loader_samples_the_tokens_python_samples(loader_generate, model) -> None:
     ids = prompt(10, 5)
     sampling = Sampling(temperature=0.9, top_k=8, top_p=0.95, seed=1234)
     proc = loader_generate(
-        loader_bin,
-        ops_library,
-        decoder_package,
         ids,
-        tmp_path,
         "--generate",
         "25",
         "--temperature",
@@ -265,33 +261,27 @@ def test_the_loader_samples_the_tokens_python_samples(
     ],
 )
 def test_the_loader_refuses_a_bad_prompt_and_writes_nothing(
-    loader_bin, ops_library, decoder_package, tmp_path, ids, new, message
+    loader_generate, tmp_path, ids, new, message
 ) -> None:
     out = tmp_path / "tokens.pt"
     proc = loader_generate(
-        loader_bin,
-        ops_library,
-        decoder_package,
         ids,
-        tmp_path,
         "--generate",
         str(new),
         "--output",
         str(out),
     )
     assert proc.returncode == EXIT_CODES["input_mismatch"], proc.stderr
-    assert error_lines(proc.stderr) == [error_lines(proc.stderr)[0]]
+    assert len(error_lines(proc.stderr)) == 1, proc.stderr
     assert message in proc.stderr
     assert proc.stdout == ""
     assert not out.exists()
 
 
 def test_the_loader_refuses_to_generate_with_a_package_without_state(
-    loader_bin, ops_library, default_package, tmp_path
+    loader_generate, default_package
 ) -> None:
-    proc = loader_generate(
-        loader_bin, ops_library, default_package, [1, 2], tmp_path, "--generate", "3"
-    )
+    proc = loader_generate([1, 2], "--generate", "3", package=default_package)
     assert proc.returncode == EXIT_CODES["not_decoder"], proc.stderr
     assert "not a decoder with a KV cache" in proc.stderr
 

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "deploy/runtime/tests/runfiles.h"
 #include "my_ops/tensor_file.h"
 
 namespace {
@@ -32,37 +33,8 @@ using my_ops::deploy::ExitCode;
 using my_ops::deploy::Model;
 using my_ops::deploy::OpenOptions;
 
-// A runfile by the path the test's environment gives: the file its symbolic link points to,
-// since the API refuses to follow one.
-std::string runfile(const std::string& path) {
-  char* real = ::realpath(path.c_str(), nullptr);
-  if (real == nullptr) {
-    ADD_FAILURE() << "no runfile " << path;
-    return path;
-  }
-  std::string resolved = real;
-  std::free(real);
-  return resolved;
-}
-
-// The file `name` of the target whose files the environment variable `variable` lists.
-std::string file_of(const char* variable, const std::string& name) {
-  const char* value = std::getenv(variable);
-  if (value == nullptr) {
-    ADD_FAILURE() << "$" << variable << " is not set";
-    return "";
-  }
-  std::istringstream paths(value);
-  std::string path;
-  while (paths >> path) {
-    if (path.size() > name.size() &&
-        path.compare(path.size() - name.size() - 1, name.size() + 1, "/" + name) == 0) {
-      return runfile(path);
-    }
-  }
-  ADD_FAILURE() << name << " is not in $" << variable;
-  return "";
-}
+using my_ops::deploy::testing::file_of;
+using my_ops::deploy::testing::runfile;
 
 // The files of //deploy:default_package.
 std::string package_file(const std::string& name) {

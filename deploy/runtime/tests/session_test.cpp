@@ -11,10 +11,10 @@
 
 #include <cstdlib>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "deploy/runtime/tests/runfiles.h"
 #include "my_ops/model.h"
 
 namespace {
@@ -29,38 +29,12 @@ using my_ops::deploy::Session;
 constexpr int64_t kCache = 64;
 constexpr int64_t kVocab = 512;
 
-std::string runfile(const std::string& path) {
-  char* real = ::realpath(path.c_str(), nullptr);
-  if (real == nullptr) {
-    ADD_FAILURE() << "no runfile " << path;
-    return path;
-  }
-  std::string resolved = real;
-  std::free(real);
-  return resolved;
-}
-
-// model.pt2 of the target whose files `variable` lists.
-std::string package_of(const char* variable) {
-  const char* value = std::getenv(variable);
-  if (value == nullptr) {
-    ADD_FAILURE() << "$" << variable << " is not set";
-    return "";
-  }
-  std::istringstream paths(value);
-  std::string path;
-  while (paths >> path) {
-    if (path.size() > 9 && path.compare(path.size() - 10, 10, "/model.pt2") == 0) {
-      return runfile(path);
-    }
-  }
-  ADD_FAILURE() << "no model.pt2 in $" << variable;
-  return "";
-}
+using my_ops::deploy::testing::file_of;
+using my_ops::deploy::testing::runfile;
 
 Model open(const char* variable) {
   OpenOptions options;
-  options.package = package_of(variable);
+  options.package = file_of(variable, "model.pt2");
   options.op_libraries = {runfile(std::getenv("MY_OPS_LIBRARY"))};
   return Model::open(options);
 }
