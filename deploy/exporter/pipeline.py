@@ -134,7 +134,14 @@ from .output import check_out, missing_folders, publish, remove_empty, remove_wo
 from .profile import print_profile
 from .program_calls import package_calls
 from .signing import load_signing_key
-from .state import decoder_record, manifest_record, restore, snapshot, state_metadata, state_specs
+from .state import (
+    buffers_as_given,
+    decoder_record,
+    manifest_record,
+    restore,
+    state_metadata,
+    state_specs,
+)
 from .target import Build, build_for
 from .verify import Accuracy, agreement, package_outputs, sample_inputs
 from .weights import (
@@ -218,6 +225,7 @@ def run(
         given = module
         env.on_restore(lambda: given.train(was_training))
         module = module.to(opts.device).eval()
+        initial_buffers = buffers_as_given(module)
         example = to_device(tuple(spec.example_inputs), opts.device)
         accuracy = None
         quantization = None
@@ -256,6 +264,7 @@ def run(
                 times=times,
                 accuracy=accuracy,
                 quantization=quantization,
+                initial_buffers=initial_buffers,
             )
         publish(stage, opts.out, work)
         job.published = True
@@ -446,6 +455,7 @@ def _export_package(
     times: dict[str, float],
     accuracy: Accuracy | None = None,
     quantization: dict[str, Any] | None = None,
+    initial_buffers: dict[str, Any] | None = None,
 ) -> None:
     """Compile the package, verify it and describe it in work/stage/."""
     import torch
@@ -477,7 +487,8 @@ def _export_package(
         | extra_options
     )
     # The buffers the model updates in place (a decoder's KV cache), which the package keeps
-    # between runs: recorded for the runtime, and put back after the eager runs below.
+    # between runs: recorded for the runtime, and put back to their values as given once the
+    # eager and package runs of the stages have written into them.
     state = state_specs(ep)
     decoder = decoder_record(spec, ep, state)
     if state:
@@ -492,7 +503,6 @@ def _export_package(
             ),
             flush=True,
         )
-    initial_state = snapshot(module, list(state))
     # The weights, where they go beside the package: the constants the package takes.
     beside: dict[str, Any] | None = None
     if not opts.weights_inside and weights_beside(opts.device, build.cross, options):
@@ -551,7 +561,7 @@ def _export_package(
     calls = package_calls(ep, shims.calls)
     # The package starts from the model's state as it was given (an empty cache), whatever
     # the verification's runs wrote into it.
-    restore(module, initial_state)
+    restore([module, spec.module], ep, list(state), initial_buffers or {})
     write_architecture(stage, package, ep, frozen=frozen(options), held=verified.constant_names)
     if beside is not None:
         _write_weights_beside(stage, package, ep, signing_key, verified.constant_names, times)

@@ -116,16 +116,21 @@ def manifest_record(state: dict[str, Any], decoder: dict[str, int] | None) -> di
     return record
 
 
-def snapshot(module: Any, names: list[str]) -> dict[str, Any]:
-    """The values of the module's state buffers, to restore after eager runs update them."""
-    buffers = dict(module.named_buffers())
-    return {name: buffers[name].detach().clone() for name in names if name in buffers}
+def buffers_as_given(module: Any) -> dict[str, Any]:
+    """A copy of every buffer of the model as the factory gave it: the state a package starts
+    from, before any eager run (the exporter's pack and verify stages run the model) updates it."""
+    return {name: b.detach().clone() for name, b in module.named_buffers()}
 
 
-def restore(module: Any, saved: dict[str, Any]) -> None:
+def restore(modules: list[Any], ep: Any, names: list[str], given: dict[str, Any]) -> None:
+    """Puts the state's buffers back to their values as given, in the modules (the caller's and
+    the exporter's copy) and in the program's constants (a package verified on the program's
+    own tensors updates those)."""
     import torch
 
-    buffers = dict(module.named_buffers())
+    targets = [dict(m.named_buffers()) for m in modules] + [program_constants(ep)]
     with torch.no_grad():
-        for name, value in saved.items():
-            buffers[name].copy_(value)
+        for name in names:
+            for tensors in targets:
+                if name in tensors and name in given:
+                    tensors[name].copy_(given[name])

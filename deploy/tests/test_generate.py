@@ -54,6 +54,28 @@ def test_the_manifest_records_the_state(decoder_package: Path) -> None:
     assert state["decoder"] == {"cache_length": CACHE, "vocab_size": tiny_llama.VOCAB}
 
 
+def test_the_package_starts_from_an_empty_cache(decoder_package: Path) -> None:
+    # The export verifies the package by running it, which writes into the cache's buffers.
+    weights = json.loads((decoder_package / "weights.json").read_text())
+    blob = (decoder_package / "weights.bin").read_bytes()
+    caches = [c for c in weights["constants"] if c["name"].endswith("_cache")]
+    assert len(caches) == 4
+    for c in caches:
+        values = torch.frombuffer(bytearray(blob), dtype=torch.uint8)[
+            c["offset"] : c["offset"] + 4 * 2 * CACHE * 16
+        ].view(torch.float32)
+        assert values.abs().max() == 0, c["name"]
+    # And the model's other weights are there.
+    assert any(
+        torch.frombuffer(bytearray(blob[c["offset"] : c["offset"] + 256]), dtype=torch.float32)
+        .abs()
+        .max()
+        > 0
+        for c in weights["constants"]
+        if c["name"].endswith("qkv.weight")
+    )
+
+
 @pytest.mark.parametrize(("seed", "length", "new"), [(1, 7, 40), (2, 1, 20), (3, 24, 41)])
 def test_greedy_generation_equals_transformers(model, reference, seed, length, new) -> None:
     ids = prompt(seed, length)
