@@ -226,7 +226,18 @@ Model Model::load(CheckedPackage&& checked) {
                   "package " + package.package.source + " is a decoder without a state");
     }
     if (impl->state_specs) {
-      for (const auto& [name, spec] : *impl->state_specs) md.state.push_back(name);
+      for (const auto& [name, spec] : *impl->state_specs) {
+        // The state is some of the package's constants: a session's copy replaces them.
+        if (impl->constant_specs) {
+          const auto it = impl->constant_specs->find(name);
+          if (it == impl->constant_specs->end() || it->second.dtype != spec.dtype ||
+              it->second.shape != spec.shape) {
+            throw Error(kPackageCorrupt, "package " + package.package.source + "'s state " + name +
+                                             " is not one of its constants");
+          }
+        }
+        md.state.push_back(name);
+      }
       std::sort(md.state.begin(), md.state.end());
       impl->own_state = detail::make_state(*impl->state_specs, impl->device);
     }
