@@ -244,6 +244,8 @@ def run(
             quantization = (quantization or {"scheme": "none"}) | {"float_linear": "inductor"}
         ep = _exported_program(module, example, spec.dynamic_shapes, times)
         if base is not None:
+            # A weights file starts the state where the model as given has it, as a package does.
+            restore([module, spec.module], ep, list(state_specs(ep)), initial_buffers)
             _export_weights(
                 spec, module, ep, base, opts.base, stage, opts.device, signing_key, times, accuracy
             )

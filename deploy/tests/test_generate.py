@@ -54,10 +54,9 @@ def test_the_manifest_records_the_state(decoder_package: Path) -> None:
     assert state["decoder"] == {"cache_length": CACHE, "vocab_size": tiny_llama.VOCAB}
 
 
-def test_the_package_starts_from_an_empty_cache(decoder_package: Path) -> None:
-    # The export verifies the package by running it, which writes into the cache's buffers.
-    weights = json.loads((decoder_package / "weights.json").read_text())
-    blob = (decoder_package / "weights.bin").read_bytes()
+def assert_empty_cache(folder: Path) -> None:
+    weights = json.loads((folder / "weights.json").read_text())
+    blob = (folder / "weights.bin").read_bytes()
     caches = [c for c in weights["constants"] if c["name"].endswith("_cache")]
     assert len(caches) == 4
     for c in caches:
@@ -74,6 +73,25 @@ def test_the_package_starts_from_an_empty_cache(decoder_package: Path) -> None:
         for c in weights["constants"]
         if c["name"].endswith("qkv.weight")
     )
+
+
+def test_the_package_starts_from_an_empty_cache(decoder_package: Path) -> None:
+    # The export verifies the package by running it, which writes into the cache's buffers.
+    assert_empty_cache(decoder_package)
+
+
+def test_a_weights_file_for_a_decoder_starts_from_an_empty_cache(
+    decoder_package: Path, tmp_path: Path
+) -> None:
+    from deploy import export
+    from my_ops.llama import LlamaDecoder
+
+    decoder = LlamaDecoder.from_hf(tiny_llama.hf_model(), CACHE)
+    out = tmp_path / "weights"
+    export(decoder, None, out, base=decoder_package, cache=False)
+    assert_empty_cache(out)
+    # The caller's model is as it was given too.
+    assert all(b.abs().max() == 0 for n, b in decoder.named_buffers() if n.endswith("_cache"))
 
 
 @pytest.mark.parametrize(("seed", "length", "new"), [(1, 7, 40), (2, 1, 20), (3, 24, 41)])
