@@ -26,7 +26,7 @@ constexpr const char* kUsageText =
               [--max-unpacked-mib M] [--max-input-mib M]
        loader [--ops LIB.so]... --package MODEL.pt2 --generate N --prompt-ids IDS.pt
               [--output OUT.pt] [--temperature T [--top-k K] [--top-p P] [--seed S]]
-              [--stop-token ID] [verification, weights and thread flags as above]
+              [--stop-token ID] [--intra-op-threads I] [the checks' and weights' flags]
 
 Runs an AOTInductor package (made by the exporter, //deploy:export) on inputs from a
 torch.save file and writes the outputs with torch.save. No Python needed. With
@@ -45,7 +45,8 @@ the current folder (under `bazel run`, to the folder it was started from).
                     the C function the manifest names beside it (its C shim).
   --package FILE    AOTInductor package (.pt2).
   --input FILE      torch.save file holding a tensor or a tuple/list of tensors.
-  --output FILE     written with torch.save as a tuple of tensors; created
+  --output FILE     written with torch.save as a tuple of tensors (with
+                    --generate: one, the new ids as a 1-D int64 tensor); created
                     atomically (a new temporary file beside it, then rename),
                     never left partial. Refused if it exists and is not a
                     regular file (a device, a FIFO) or is a file the run reads.
@@ -107,7 +108,6 @@ the current folder (under `bazel run`, to the folder it was started from).
                     or with the new tokens needs more positions than the cache.
   --prompt-ids FILE torch.save file of the prompt: a 1-D integer tensor of token
                     ids (from the model's tokenizer); exit 7 for anything else.
-  --output FILE     with --generate: the new ids as a 1-D int64 tensor.
   --temperature T   sample instead of greedy decoding (default 0: greedy): the
                     logits divided by T, cut to --top-k K (default 0: all) and
                     --top-p P (default 1: all), drawn with --seed S (default 0).
