@@ -128,6 +128,7 @@ from .errors import (
     first_line,
 )
 from .hashing import sha256_file
+from .manifest import write_manifest
 from .model import as_tuple, load_factory, make_spec, to_device
 from .options import DEFAULT_MIN_COSINE, CacheOptions, Options, checked, flag
 from .output import check_out, missing_folders, publish, remove_empty, remove_work
@@ -567,15 +568,16 @@ def _export_package(
     write_architecture(stage, package, ep, frozen=frozen(options), held=verified.constant_names)
     if beside is not None:
         _write_weights_beside(stage, package, ep, signing_key, verified.constant_names, times)
-    build.write_manifest(
+    write_manifest(
         stage,
         package,
         opts.isa,
         opts.device,
         signing_key,
-        calls,
-        quantization,
-        manifest_record(state, decoder) if state else None,
+        calls=calls,
+        quantization=quantization,
+        state=manifest_record(state, decoder) if state else None,
+        **build.manifest_target(),
     )
 
 

@@ -28,8 +28,6 @@ from .cross import (
     target_files,
 )
 from .errors import ExportError, first_line
-from .manifest import write_manifest
-from .program_calls import PackageCalls
 from .verify import Accuracy, Verified, sample_inputs, verify
 
 # A stage line of the export's output, as a context around the work.
@@ -86,27 +84,9 @@ class HostBuild:
             )
         return verified[0]
 
-    def write_manifest(
-        self,
-        folder: str,
-        package: str,
-        isa: str,
-        device: str,
-        signing_key: Any,
-        calls: PackageCalls,
-        quantization: dict[str, Any] | None = None,
-        state: dict[str, Any] | None = None,
-    ) -> None:
-        write_manifest(
-            folder,
-            package,
-            isa,
-            device,
-            signing_key,
-            calls=calls,
-            quantization=quantization,
-            state=state,
-        )
+    def manifest_target(self) -> dict[str, Any]:
+        """write_manifest's target arguments: this machine's, its defaults."""
+        return {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,31 +138,14 @@ class CrossBuild:
         )
         return Verified(sample_inputs(spec, device), ())
 
-    def write_manifest(
-        self,
-        folder: str,
-        package: str,
-        isa: str,
-        device: str,
-        signing_key: Any,
-        calls: PackageCalls,
-        quantization: dict[str, Any] | None = None,
-        state: dict[str, Any] | None = None,
-    ) -> None:
-        write_manifest(
-            folder,
-            package,
-            isa,
-            device,
-            signing_key,
-            calls=calls,
-            quantization=quantization,
-            state=state,
-            target=self.target.name,
-            march=self.target.march,
-            cxx=self.files.compiler,
-            op_library=self.files.op_library,
-        )
+    def manifest_target(self) -> dict[str, Any]:
+        """write_manifest's target arguments: the target's, its compiler and op library."""
+        return {
+            "target": self.target.name,
+            "march": self.target.march,
+            "cxx": self.files.compiler,
+            "op_library": self.files.op_library,
+        }
 
 
 Build = HostBuild | CrossBuild
