@@ -26,7 +26,9 @@ constexpr char kNamespace[] = "my_ops";
 // call to call, as it does for its own kernels, instead of the op allocating a fresh one each
 // time. The companion is a separate op rather than an ".out" overload because AOTInductor names
 // a C shim after the op alone: an overload would share <op>'s shim name. Companions have CPU
-// kernels; the exporter leaves a call on a device without one as it is.
+// kernels; the exporter leaves a call on a device without one as it is. An op with a companion
+// lists its tensor arguments (optional ones included) before the others: Inductor's lowering to
+// the companion passes the tensors first, then the rest, whatever the schema's order.
 // clang-format off
 constexpr const char* kOpSchemas[] = {
     "identity_conv_op(Tensor x) -> Tensor",
@@ -37,8 +39,8 @@ constexpr const char* kOpSchemas[] = {
     "fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-6) -> (Tensor, Tensor)",
     "silu_and_mul(Tensor x) -> Tensor",
     "silu_and_mul_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)",
-    "rotary_embedding(Tensor x, Tensor cos, Tensor sin, bool interleaved=False) -> Tensor",
-    "rotary_embedding_out(Tensor x, Tensor cos, Tensor sin, bool interleaved=False, *, Tensor(a!) out) -> Tensor(a!)",
+    "rotary_embedding(Tensor x, Tensor cos, Tensor sin, Tensor? positions=None, bool interleaved=False) -> Tensor",
+    "rotary_embedding_out(Tensor x, Tensor cos, Tensor sin, Tensor? positions=None, bool interleaved=False, *, Tensor(a!) out) -> Tensor(a!)",
     "linear_int8(Tensor x, Tensor weight, Tensor weight_scale, Tensor? bias=None) -> Tensor",
     "linear_int4(Tensor x, Tensor weight, Tensor weight_scale, int group_size=32, Tensor? bias=None) -> Tensor",
     "linear_packed(Tensor x, Tensor weight, Tensor? bias=None) -> Tensor",

@@ -226,7 +226,7 @@ inline void check_out(std::string_view op, TensorRef out, IntArrayRef sizes,
   const int64_t element_size = detail::element_size(out.scalar_type());
   const detail::ByteSpan out_span = detail::byte_span(out, element_size);
   for (const auto& [name, input] : inputs) {
-    if (input.numel() == 0) continue;
+    if (!input.defined() || input.numel() == 0) continue;  // An optional input given as None.
     const detail::ByteSpan input_span =
         detail::byte_span(input, detail::element_size(input.scalar_type()));
     MY_OPS_CHECK(out_span.begin >= input_span.end || input_span.begin >= out_span.end, op,

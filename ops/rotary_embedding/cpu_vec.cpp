@@ -84,7 +84,7 @@ void rotate_interleaved_chunk(const scalar_t* x, const at::opmath_type<scalar_t>
   store_chunk<scalar_t>(out, at::vec::interleave2(ra, rb));
 }
 
-// One row of head_dim = 2 * half elements. Tails go through the same vector code via zero-padded
+// The first 2 * half elements of a row. Tails go through the same vector code via zero-padded
 // buffers, so every element gets bit-identical math wherever it sits in the row.
 template <typename scalar_t, bool kInterleaved>
 void rotate_row(const scalar_t* x, const at::opmath_type<scalar_t>* c,
@@ -136,13 +136,20 @@ void rotate_row(const scalar_t* x, const at::opmath_type<scalar_t>* c,
 template <typename scalar_t, bool kInterleaved>
 void rotate_rows(const scalar_t* x, const at::opmath_type<scalar_t>* cos_data,
                  const at::opmath_type<scalar_t>* sin_data, scalar_t* out, int64_t begin,
-                 int64_t end, int64_t seq, int64_t heads, int64_t half) {
-  const int64_t row_length = 2 * half;
+                 int64_t end, const RotaryRows& rows) {
+  const int64_t rotated = 2 * rows.half;
   for (int64_t row = begin; row < end; ++row) {
-    // Rows run over [..., seq, heads]: the position is the seq index.
-    const int64_t offset = ((row / heads) % seq) * half;
-    rotate_row<scalar_t, kInterleaved>(x + row * row_length, cos_data + offset, sin_data + offset,
-                                       out + row * row_length, half);
+    const int64_t token = (row / rows.heads) % rows.period;
+    const int64_t position = rows.positions == nullptr ? token : rows.positions[token];
+    const int64_t offset = position * rows.half;
+    const scalar_t* x_row = x + row * rows.head_dim;
+    scalar_t* out_row = out + row * rows.head_dim;
+    rotate_row<scalar_t, kInterleaved>(x_row, cos_data + offset, sin_data + offset, out_row,
+                                       rows.half);
+    // A partial rotation passes the other features through.
+    if (rotated < rows.head_dim && out_row != x_row) {
+      std::copy(x_row + rotated, x_row + rows.head_dim, out_row + rotated);
+    }
   }
 }
 
@@ -151,21 +158,21 @@ void rotate_rows(const scalar_t* x, const at::opmath_type<scalar_t>* cos_data,
 template <typename scalar_t>
 void rotary_embedding(const scalar_t* x, const acc_type<scalar_t>* cos,
                       const acc_type<scalar_t>* sin, scalar_t* out, int64_t begin, int64_t end,
-                      int64_t seq, int64_t heads, int64_t half, bool interleaved) {
+                      const RotaryRows& rows, bool interleaved) {
   if (interleaved) {
-    rotate_rows<scalar_t, true>(x, cos, sin, out, begin, end, seq, heads, half);
+    rotate_rows<scalar_t, true>(x, cos, sin, out, begin, end, rows);
   } else {
-    rotate_rows<scalar_t, false>(x, cos, sin, out, begin, end, seq, heads, half);
+    rotate_rows<scalar_t, false>(x, cos, sin, out, begin, end, rows);
   }
 }
 
 template void rotary_embedding(const float*, const float*, const float*, float*, int64_t, int64_t,
-                               int64_t, int64_t, int64_t, bool);
+                               const RotaryRows&, bool);
 template void rotary_embedding(const double*, const double*, const double*, double*, int64_t,
-                               int64_t, int64_t, int64_t, int64_t, bool);
+                               int64_t, const RotaryRows&, bool);
 template void rotary_embedding(const c10::Half*, const float*, const float*, c10::Half*, int64_t,
-                               int64_t, int64_t, int64_t, int64_t, bool);
+                               int64_t, const RotaryRows&, bool);
 template void rotary_embedding(const c10::BFloat16*, const float*, const float*, c10::BFloat16*,
-                               int64_t, int64_t, int64_t, int64_t, int64_t, bool);
+                               int64_t, int64_t, const RotaryRows&, bool);
 
 }  // namespace my_ops::cpu_vec

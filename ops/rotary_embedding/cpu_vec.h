@@ -13,12 +13,23 @@
 
 namespace my_ops::cpu_vec {
 
-// Rotates the rows [begin, end) of x, contiguous [..., seq, heads, 2 * half], into the same rows
-// of out; cos and sin are contiguous [seq, half] of acc_type<scalar_t>. For float, double,
-// c10::Half and c10::BFloat16.
+// Where each row of x finds its angles: x is contiguous [..., seq, heads, head_dim], its first
+// 2 * half features rotated, the rest copied; a row's token is row / heads, and the token's row of
+// the [positions, half] tables is positions[token % period], or token % period (period = seq)
+// when positions is null.
+struct RotaryRows {
+  int64_t heads;
+  int64_t head_dim;
+  int64_t half;
+  int64_t period;
+  const int64_t* positions;  // nullable; every value already checked against the tables
+};
+
+// Rotates the rows [begin, end) of x into the same rows of out; cos and sin are contiguous
+// [positions, half] of acc_type<scalar_t>. For float, double, c10::Half and c10::BFloat16.
 template <typename scalar_t>
 void rotary_embedding(const scalar_t* x, const acc_type<scalar_t>* cos,
                       const acc_type<scalar_t>* sin, scalar_t* out, int64_t begin, int64_t end,
-                      int64_t seq, int64_t heads, int64_t half, bool interleaved);
+                      const RotaryRows& rows, bool interleaved);
 
 }  // namespace my_ops::cpu_vec

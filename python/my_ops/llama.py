@@ -49,10 +49,15 @@ def _aten_fused_add_rms_norm(x, residual, weight, eps):
     return _aten_rms_norm(h, weight, eps), h
 
 
-def _aten_rotary_embedding(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def _rotary_embedding(x, cos, sin, positions):
+    # The op gathers each token's row of the tables itself.
+    return rotary_embedding(x, cos, sin, positions=positions)
+
+
+def _aten_rotary_embedding(x, cos, sin, positions):
     half = x.shape[-1] // 2
     a, b = x[..., :half], x[..., half:]
-    c, s = cos.unsqueeze(-2), sin.unsqueeze(-2)
+    c, s = cos[positions].unsqueeze(-2), sin[positions].unsqueeze(-2)
     return torch.cat([a * c - b * s, b * c + a * s], dim=-1)
 
 
@@ -64,7 +69,7 @@ def _aten_silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 # The block's ops: this library's, or the same math in ATen ops (custom_ops=False: the model
 # other runtimes and Inductor compile on their own, for comparisons).
 _OPS = {
-    True: (rms_norm, fused_add_rms_norm, rotary_embedding, silu_and_mul),
+    True: (rms_norm, fused_add_rms_norm, _rotary_embedding, silu_and_mul),
     False: (_aten_rms_norm, _aten_fused_add_rms_norm, _aten_rotary_embedding, _aten_silu_and_mul),
 }
 
@@ -116,8 +121,8 @@ class _Attention(nn.Module):
         tokens = x.shape[1]
         q_width, kv_width = self.heads * self.head_dim, self.kv_heads * self.head_dim
         q, k, v = self.qkv(x).split([q_width, kv_width, kv_width], dim=-1)
-        q = self.rotary(q.view(1, tokens, self.heads, self.head_dim), cos, sin)
-        k = self.rotary(k.view(1, tokens, self.kv_heads, self.head_dim), cos, sin)
+        q = self.rotary(q.view(1, tokens, self.heads, self.head_dim), cos, sin, positions)
+        k = self.rotary(k.view(1, tokens, self.kv_heads, self.head_dim), cos, sin, positions)
         v = v.view(1, tokens, self.kv_heads, self.head_dim)
         self.k_cache.index_copy_(2, positions, k.transpose(1, 2))
         self.v_cache.index_copy_(2, positions, v.transpose(1, 2))
@@ -232,8 +237,7 @@ class LlamaDecoder(nn.Module):
             layer.attention.v_cache.zero_()
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        cos = self.cos_table[positions]
-        sin = self.sin_table[positions]
+        cos, sin = self.cos_table, self.sin_table
         cache_positions = torch.arange(self.cache_length, device=positions.device)
         mask = cache_positions.unsqueeze(0) <= positions.unsqueeze(1)
         h = self.embed(input_ids)

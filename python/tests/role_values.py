@@ -15,6 +15,7 @@ fails ``//python:role_values_test``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -369,8 +370,15 @@ class LastDimVectorValues(FollowsPrimaryValues):
         return shapes()
 
 
+def _is_real_tensor(value) -> bool:
+    return _is_tensor(value) and value.device.type != "meta"
+
+
 @values_for(_roles.PositionTable)
 class PositionTableValues(FollowsPrimaryValues):
+    """A rotary table: ``[seq, head_dim / 2]`` typically; any rows once positions are
+    given, and as few columns as a partial rotation wants (0 to head_dim / 2)."""
+
     def fits(self, x_shape):
         return len(x_shape) >= -self.role.seq_dim
 
@@ -384,21 +392,54 @@ class PositionTableValues(FollowsPrimaryValues):
         return build(shape, "contiguous" if layout == "rows" else layout)
 
     def bad_values(self) -> list[BadValue]:
+        # Against the tests' valid calls in their contiguous layout, which pass no
+        # positions (see PositionsValues.make): then a table has one row per token.
         return [
             *super().bad_values(),
             ("fewer-rows", lambda v, x: v[:-1]),
             ("full-width", lambda v, x: torch.cat([v, v], dim=-1)),
+            ("one-column-too-many", lambda v, x: torch.cat([v, v[:, :1]], dim=-1)),
             ("transposed-shape", lambda v, x: v.t()),
             ("1d", lambda v, x: v[0]),
             ("batched", lambda v, x: v.unsqueeze(0)),
         ]
 
-    def draw_valid(self, draw, x, g):
-        shape = self.role.shape_of(tuple(x.shape))
+    def draw_valid_in_call(self, draw, x, g, drawn):
+        like = drawn.get(self.role.like) if self.role.like else None
+        if like is not None:
+            shape = tuple(like.shape)
+        else:
+            seq, half = self.role.shape_of(tuple(x.shape))
+            # A partial rotation now and then: fewer columns than head_dim / 2.
+            shape = (seq, draw(st.integers(0, half)) if draw(st.booleans()) else half)
         t = torch.randn(shape, generator=g, dtype=torch.float64).to(x.device, x.dtype)
         if draw(st.booleans()):  # column-major storage
             t = t.t().contiguous().t()
         return t
+
+    def fuzz_wrong(self, value, x) -> bool:
+        raise TypeError("a rotary table is judged with the call's positions: fuzz_wrong_in_call")
+
+    def fuzz_wrong_in_call(self, value, x, values) -> bool:
+        if value is None or value.dim() != 2:
+            return True
+        if x is None:
+            return False
+        if value.device != x.device or value.dtype != x.dtype:
+            return True
+        rows, columns = value.shape
+        if columns > x.shape[-1] // 2:
+            return True
+        if values[self.role.positions] is None and rows != x.shape[self.role.seq_dim]:
+            return True
+        if self.role.like is None:
+            return False
+        like = values[self.role.like]
+        # A table the kernels refuse is named before this one is compared with it.
+        own = PositionTableValues(dataclasses.replace(self.role, like=None))
+        if not _is_tensor(like) or own.fuzz_wrong_in_call(like, x, values):
+            return False
+        return tuple(like.shape) != tuple(value.shape)
 
     def wrong_shapes(self, kit, x_shape):
         @st.composite
@@ -422,14 +463,87 @@ class PositionTableValues(FollowsPrimaryValues):
         return shapes()
 
 
+@values_for(_roles.Positions)
+class PositionsValues(RoleValues):
+    """None, or int64 positions into the tables (``table``: the argument whose rows they
+    index)."""
+
+    table: ClassVar[str] = "cos"
+
+    def make_in_call(self, x, build, layout, made):
+        # None in the contiguous layout, the one most suites call with, so that the tables
+        # keep one row per token there; positions in the others, each a valid row of those
+        # tables: [seq] reversed, non-contiguous where x is, and one per token at "offset".
+        seq = x.shape[self.role.seq_dim]
+        if layout == "contiguous":
+            return None
+        if layout == "offset":
+            tokens = x.shape[:-2]
+            return (torch.arange(math.prod(tokens), device=x.device) * 5 % max(seq, 1)).view(tokens)
+        if layout in ("sliced", "transposed"):
+            return torch.arange(2 * seq, device=x.device).flip(0)[::2] // 2
+        return torch.arange(seq, device=x.device).flip(0)
+
+    def bad_values(self) -> list[BadValue]:
+        def seq(x):
+            return x.shape[self.role.seq_dim]
+
+        return [
+            ("float", lambda v, x: torch.zeros(seq(x), device=x.device)),
+            ("int32", lambda v, x: torch.zeros(seq(x), dtype=torch.int32, device=x.device)),
+            (
+                "one-too-many",
+                lambda v, x: torch.zeros(seq(x) + 1, dtype=torch.long, device=x.device),
+            ),
+            ("column", lambda v, x: torch.zeros(seq(x), 1, dtype=torch.long, device=x.device)),
+            ("0d", lambda v, x: torch.tensor(0, device=x.device)),
+        ]
+
+    def draw_valid_in_call(self, draw, x, g, drawn):
+        if draw(st.booleans()):
+            return None
+        rows = drawn[self.table].shape[0]
+        if rows == 0:
+            return None
+        tokens = tuple(x.shape[:-2])
+        shape = draw(st.sampled_from([(x.shape[self.role.seq_dim],), tokens]))
+        return torch.randint(0, rows, shape, generator=g).to(x.device)
+
+    def fuzz(self, kit, wrong, ctx):
+        seq = ctx.x_shape[self.role.seq_dim] if len(ctx.x_shape) >= 3 else 2
+        table = ctx.drawn.get(self.table)
+        rows = table.shape[0] if len(getattr(table, "shape", ())) == 2 else seq
+        shape = (seq,)
+        if not wrong:
+            return st.one_of(
+                st.none(), kit.tensor(shape, torch.int64, ctx.devices[0], below=max(rows, 1))
+            )
+        return kit.wrong_tensor(shape, kit.shapes(), torch.int64, ctx.devices)
+
+    def fuzz_wrong_in_call(self, value, x, values) -> bool:
+        if value is None:
+            return False
+        if not _is_tensor(value) or value.dtype != torch.int64:
+            return True
+        if x is None:
+            return False
+        if value.device != x.device:
+            return True
+        seq, tokens = x.shape[self.role.seq_dim], tuple(x.shape[:-2])
+        if tuple(value.shape) not in ((seq,), tokens):
+            return True
+        table = values[self.table]
+        if not (_is_real_tensor(value) and value.device.type == "cpu" and _is_tensor(table)):
+            return False  # only the CPU kernel reads the values
+        if table.dim() != 2:
+            return False  # the table is named first
+        return bool(((value < 0) | (value >= table.shape[0])).any())
+
+
 # --- quantized weights ----------------------------------------------------------------------
 
 # Output channels of the weights the tests make: one vector's worth and a tail.
 OUT_FEATURES = 11
-
-
-def _is_real_tensor(value) -> bool:
-    return _is_tensor(value) and value.device.type != "meta"
 
 
 @values_for(_roles.QuantizedWeight)

@@ -159,6 +159,15 @@ def test_many_errors_then_valid(device):
         torch.cuda.synchronize()
 
 
+def _none_for_a_tensor(spec, args) -> bool:
+    """Whether None stands for a Tensor argument that is not optional (``Tensor?``)."""
+    schema = spec.op._schema.arguments
+    return any(
+        a is None and not isinstance(arg.type, torch.OptionalType)
+        for a, arg in zip(args, schema, strict=False)
+    )
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
 def test_errors_under_torch_compile(spec, device):
@@ -167,7 +176,7 @@ def test_errors_under_torch_compile(spec, device):
     compiled = torch.compile(spec.wrapper, fullgraph=True, backend="aot_eager")
     for case in _role_cases(spec, device) + spec.bad_cases(device):
         args = case.make_args(device)
-        if any(a is None for a in args):
+        if _none_for_a_tensor(spec, args):
             continue  # Dynamo cannot trace a None tensor into the op: not the fake's check
         with pytest.raises(Exception, match=_names(case.blame)):
             compiled(*args)
@@ -186,6 +195,17 @@ def test_fake_refuses_the_same_calls(spec):
         args = [a.to("meta") if isinstance(a, torch.Tensor) else a for a in case.make_args("cpu")]
         with pytest.raises(RuntimeError, match=_names(case.blame)):
             spec.op(*args)
+
+
+def test_rotary_embedding_names_interleaved_given_in_the_place_of_positions():
+    # interleaved was the fourth argument before positions took that place.
+    x, cos, sin = torch.randn(1, 4, 2, 8), torch.randn(4, 4), torch.randn(4, 4)
+    with pytest.raises(TypeError, match=r"fourth argument is positions.*interleaved=True"):
+        my_ops.rotary_embedding(x, cos, sin, True)
+    assert torch.equal(
+        my_ops.rotary_embedding(x, cos, sin, interleaved=True),
+        torch.ops.my_ops.rotary_embedding(x, cos, sin, None, True),
+    )
 
 
 if __name__ == "__main__":

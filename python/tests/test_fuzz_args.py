@@ -93,6 +93,8 @@ class T:
     zero_rows: bool = False
     # Floating values drawn as |v| / 100 + 1e-3: finite and positive (a quantized weight's scales).
     positive: bool = False
+    # Integer values taken modulo this when > 0: indices into something of that length.
+    below: int = 0
 
     @property
     def numel(self) -> int:
@@ -132,6 +134,8 @@ class T:
             t = v.abs() * 0.01 + 1e-3 if self.positive else v
         else:
             t = (v * 4).round().abs()
+            if self.below > 0:
+                t = t % self.below
         return t.to(dtype=self.dtype, device=self.device)
 
 
@@ -204,9 +208,11 @@ seeds = st.integers(0, 2**16)
 
 
 @st.composite
-def tensors(draw, shape, dtype: torch.dtype, device: str, positive: bool = False) -> T:
+def tensors(
+    draw, shape, dtype: torch.dtype, device: str, positive: bool = False, below: int = 0
+) -> T:
     layout, seed, zero_rows = draw(st.sampled_from(LAYOUTS)), draw(seeds), draw(st.booleans())
-    return T(shape, dtype, device, layout, seed, zero_rows and not positive, positive)
+    return T(shape, dtype, device, layout, seed, zero_rows and not positive, positive, below)
 
 
 @st.composite

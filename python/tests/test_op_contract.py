@@ -96,9 +96,14 @@ def _autograd_fallback_warnings(caught) -> list[str]:
     return [m for m in messages if "autograd kernel was not registered" in m]
 
 
+def _differentiable(arg) -> bool:
+    return isinstance(arg, torch.Tensor) and arg.is_floating_point()
+
+
 def _differentiable_function(spec, args):
-    """(f, tensors): f(*tensors) calls the op with the non-tensor arguments fixed."""
-    positions = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    """(f, tensors): f(*tensors) calls the op with the floating tensors given, the other
+    arguments (integer tensors, such as rotary positions, included) fixed."""
+    positions = [i for i, a in enumerate(args) if _differentiable(a)]
 
     def f(*tensors):
         full = list(args)
@@ -139,11 +144,11 @@ def _grads_against_reference(spec, args, generator=None):
     grads_out = output_grads(out, generator)
     got = torch.autograd.grad(out, tensors, grads_out)
     leaves = [t.detach().double().requires_grad_() for t in tensors]
+    ref_tensors = list(leaves)
     ref_args = list(args)
     for i, a in enumerate(args):
-        if isinstance(a, torch.Tensor):
+        if _differentiable(a):
             ref_args[i] = leaves.pop(0)
-    ref_tensors = tensor_args(tuple(ref_args))
     ref_out = as_tuple(spec.reference(*ref_args))
     want = torch.autograd.grad(ref_out, ref_tensors, tuple(g.double() for g in grads_out))
     return got, [w.to(t.dtype) for w, t in zip(want, tensors, strict=True)]

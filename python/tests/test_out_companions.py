@@ -41,6 +41,23 @@ def test_a_companion_has_the_ops_arguments_and_one_out(spec):
     assert str(companion(spec)._schema) == want
 
 
+@by_companion
+def test_a_companion_takes_its_tensors_first(spec):
+    # Inductor lowers a call to the companion with the tensor arguments first and the others
+    # after them (ExternKernelOut's inputs, then its constant_args), whatever the schema's
+    # order: a tensor after a scalar would reach the C shim in the scalar's place (a package
+    # that does not compile, or reads a bool as a tensor).
+    kinds = [
+        isinstance(a.type, torch.TensorType)
+        or (
+            isinstance(a.type, torch.OptionalType)
+            and isinstance(a.type.getElementType(), torch.TensorType)
+        )
+        for a in spec.op._schema.arguments
+    ]
+    assert kinds == sorted(kinds, reverse=True), str(spec.op._schema)
+
+
 def _expected(spec, args):
     with torch.no_grad():
         return spec.op(*args)
@@ -49,9 +66,12 @@ def _expected(spec, args):
 @by_companion
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
 @pytest.mark.parametrize("shape", [(1, 64), (3, 5, 40), (200, 256)])
-def test_a_companion_writes_what_its_op_returns(spec, dtype, shape):
+# "offset": unaligned rows, and the optional tensors the contiguous samples leave out (rotary
+# positions).
+@pytest.mark.parametrize("layout", ["contiguous", "offset"])
+def test_a_companion_writes_what_its_op_returns(spec, dtype, shape, layout):
     for scalars in scalar_variants(spec):
-        args = make_args(spec, shape, dtype, "cpu", "contiguous", scalars)
+        args = make_args(spec, shape, dtype, "cpu", layout, scalars)
         want = _expected(spec, args)
         out = torch.full_like(want, float("nan"))
         got = companion(spec)(*args, out=out)

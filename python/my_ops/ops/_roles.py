@@ -129,33 +129,87 @@ class LastDimVector(FollowsPrimary):
 
 @dataclass(frozen=True)
 class PositionTable(FollowsPrimary):
-    """A 2-D table with x's dtype and device, one row per position of x's dim ``seq_dim``
-    and ``x.shape[-1] // last_dim_divisor`` columns: a rotary cos or sin table,
-    ``[seq, head_dim / 2]`` for ``x [..., seq, heads, head_dim]``."""
+    """A rotary cos or sin table: 2-D with x's dtype and device, one row per position and
+    one column per rotated pair of features, at most ``x.shape[-1] // 2`` (fewer for a
+    partial rotation). Without a ``positions`` argument (the name of a :class:`Positions`
+    argument) a token's row is its index along x's dim ``seq_dim``, so the table has that
+    many rows; with one, any number. ``like``: the table whose shape this one must have (sin
+    follows cos). Typical: ``[seq, head_dim / 2]``."""
 
     seq_dim: int = -3
-    last_dim_divisor: int = 2
+    positions: str = "positions"
+    like: str | None = None
 
     def check(self, op, name, value, x) -> None:
+        raise TypeError(f"{op}: {name} is judged against {self.positions}: use check_in_call")
+
+    def check_in_call(self, op, name, value, x, args) -> None:
         _checks.check_same_device_and_dtype(op, name, value, x)
         torch._check(
             value.dim() == 2,
             lambda: (
-                f"{op}: expected {name} to be 2-D [seq, head_dim / 2], got {value.dim()}-D "
-                f"with shape {list(value.shape)}"
+                f"{op}: expected {name} to be 2-D [positions, rotary_dim / 2], got "
+                f"{value.dim()}-D with shape {list(value.shape)}"
             ),
         )
-        seq, cols = self.shape_of(tuple(x.shape))
+        half = x.shape[-1] // 2
         torch._check(
-            value.shape[0] == seq and value.shape[1] == cols,
+            value.shape[1] <= half,
             lambda: (
-                f"{op}: expected {name} to have shape [{seq}, {cols}] (x's seq dim, "
-                f"head_dim / 2), got {list(value.shape)}"
+                f"{op}: expected {name} to have at most {half} columns (head_dim / 2, or "
+                f"fewer for a partial rotation), got {value.shape[1]}"
+            ),
+        )
+        seq = x.shape[self.seq_dim]
+        torch._check(
+            args[self.positions] is not None or value.shape[0] == seq,
+            lambda: (
+                f"{op}: expected {name} to have {seq} rows (x's seq dim) when "
+                f"{self.positions} is None, got {value.shape[0]}"
+            ),
+        )
+        if self.like is not None:
+            like = args[self.like]
+            torch._check(
+                value.shape == like.shape,
+                lambda: (
+                    f"{op}: expected {name} to have the shape of {self.like} "
+                    f"({list(like.shape)}), got {list(value.shape)}"
+                ),
+            )
+
+    def shape_of(self, x_shape):
+        return (x_shape[self.seq_dim], x_shape[-1] // 2)
+
+
+@dataclass(frozen=True)
+class Positions(Role):
+    """``None``, or the int64 positions of x's tokens on x's device, each a row of the
+    rotary tables: ``[seq]`` (the same for every leading index of x; a decode step at
+    position p is ``[p]``) or x's dims before its last two (one per token). Whether each
+    is a row of the tables only the kernels can check: a fake sees no values."""
+
+    seq_dim: int = -3
+
+    def check(self, op, name, value, x) -> None:
+        if value is None:
+            return
+        _checks.check_same_device(op, name, value, x)
+        torch._check(
+            value.dtype == torch.int64,
+            lambda: f"{op}: expected {name} to have dtype int64, got {value.dtype}",
+        )
+        seq, tokens = x.shape[self.seq_dim], list(x.shape[:-2])
+        torch._check(
+            list(value.shape) in ([seq], tokens),
+            lambda: (
+                f"{op}: expected {name} to have shape [{seq}] (x's seq dim) or {tokens} "
+                f"(x's dims before heads), got {list(value.shape)}"
             ),
         )
 
-    def shape_of(self, x_shape):
-        return (x_shape[self.seq_dim], x_shape[-1] // self.last_dim_divisor)
+    def example(self, x, build):
+        return None
 
 
 # --- quantized weights (the quantized linear layers) -------------------------------------
