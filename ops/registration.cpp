@@ -29,6 +29,9 @@ constexpr char kNamespace[] = "my_ops";
 // kernels; the exporter leaves a call on a device without one as it is. An op with a companion
 // lists its tensor arguments (optional ones included) before the others: Inductor's lowering to
 // the companion passes the tensors first, then the rest, whatever the schema's order.
+//
+// <op>_ is the in-place form of <op> (vLLM's): the same arguments, the results written into the
+// mutable ones (Tensor(a!)), returning nothing.
 // clang-format off
 constexpr const char* kOpSchemas[] = {
     "identity_conv_op(Tensor x) -> Tensor",
@@ -37,6 +40,7 @@ constexpr const char* kOpSchemas[] = {
     "rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor",
     "rms_norm_out(Tensor x, Tensor weight, float eps=1e-6, *, Tensor(a!) out) -> Tensor(a!)",
     "fused_add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps=1e-6) -> (Tensor, Tensor)",
+    "fused_add_rms_norm_(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps=1e-6) -> ()",
     "silu_and_mul(Tensor x) -> Tensor",
     "silu_and_mul_out(Tensor x, *, Tensor(a!) out) -> Tensor(a!)",
     "rotary_embedding(Tensor x, Tensor cos, Tensor sin, Tensor? positions=None, bool interleaved=False) -> Tensor",

@@ -51,23 +51,35 @@ def shim_name(op: Any, device: str) -> str:
 def declaration(op: Any, device: str) -> str:
     """The shim's C declaration, from the op's registered schema, as torchgen writes it.
 
-    A companion ``<op>_out`` is read as torchgen's ``<op>.out`` overload, as the op library's
-    generator reads it (torchgen reserves the suffix for that).
+    A companion ``<op>_out`` is read as torchgen's ``<op>.out`` overload, and an in-place
+    form ``<op>_(...) -> ()`` as ``<op>.in_place``, renamed back to the shim AOTInductor calls,
+    as the op library's generator reads them (torchgen reserves both suffixes for ATen's
+    conventions).
     """
     from torchgen import local
     from torchgen.gen_aoti_c_shim import gen_declaration_and_definition
     from torchgen.model import FunctionSchema
 
     name, paren, rest = str(op._schema).split("::", 1)[1].partition("(")
+    in_place = name.endswith("_") and not op._schema.returns
     if is_companion(op):
         name = name.removesuffix(OUT_SUFFIX) + ".out"
+    elif in_place:
+        name = f"{name.removesuffix('_')}.in_place"
     with local.parametrize(
         use_const_ref_for_mutable_tensors=False, use_ilistref_for_tensor_lists=False
     ):
         decl, _ = gen_declaration_and_definition(
             FunctionSchema.parse(name + paren + rest), device, "", {}
         )
-    return decl.removeprefix("AOTI_TORCH_EXPORT ").removesuffix(";")
+    if in_place:
+        decl = decl.replace(f"{shim_name(op, device)}in_place(", f"{shim_name(op, device)}(")
+    decl = decl.removeprefix("AOTI_TORCH_EXPORT ").removesuffix(";")
+    if not op._schema.returns:
+        # AOTInductor's call of an op that returns nothing still passes one (null) result
+        # handle, which torchgen's declaration leaves out (tools/torch/c_shims.py).
+        decl = f"{decl.removesuffix(')')}, AtenTensorHandle* ret0)"
+    return decl
 
 
 def is_companion(op: Any) -> bool:

@@ -163,7 +163,16 @@ inline ByteSpan byte_span(TensorRef t, int64_t element_size) {
 }
 
 inline int64_t element_size(ScalarType dtype) {
-  return dtype == ScalarType::Double ? 8 : dtype == ScalarType::Float ? 4 : 2;
+  switch (dtype) {
+    case ScalarType::Double:
+    case ScalarType::Long:
+      return 8;
+    case ScalarType::Float:
+    case ScalarType::Int:
+      return 4;
+    default:
+      return 2;  // the half-precision types
+  }
 }
 
 }  // namespace detail
@@ -208,6 +217,22 @@ inline void check_same_shape(std::string_view op, std::string_view name, TensorR
 inline void check_non_negative(std::string_view op, std::string_view name, double value) {
   // Phrased as `value >= 0` so that NaN is rejected too.
   MY_OPS_CHECK(value >= 0.0, op, ": expected ", name, " to be >= 0, got ", value);
+}
+
+// A tensor an in-place op writes: one whose elements each have their own memory (not expanded).
+inline void check_writable_in_place(std::string_view op, std::string_view name, TensorRef t) {
+  MY_OPS_CHECK(t.is_contiguous() || !detail::repeats_elements(t), op, ": expected ", name,
+               " to have no repeated elements (an expanded tensor cannot be written in place)");
+}
+
+// Two arguments of which one is written: their bytes may not overlap.
+inline void check_no_shared_memory(std::string_view op, std::string_view name, TensorRef t,
+                                   std::string_view other_name, TensorRef other) {
+  if (t.numel() == 0 || other.numel() == 0) return;
+  const detail::ByteSpan a = detail::byte_span(t, detail::element_size(t.scalar_type()));
+  const detail::ByteSpan b = detail::byte_span(other, detail::element_size(other.scalar_type()));
+  MY_OPS_CHECK(a.begin >= b.end || b.begin >= a.end, op, ": expected ", name,
+               " to share no memory with ", other_name);
 }
 
 // The `out` argument of an op's out= companion (<op>_out, see ops/registration.cpp): the tensor

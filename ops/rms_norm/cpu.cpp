@@ -87,5 +87,37 @@ std::tuple<OwnedTensor, OwnedTensor> fused_add_rms_norm(TensorRef x, TensorRef r
   return {std::move(out), std::move(sum_out)};
 }
 
+void fused_add_rms_norm_(TensorRef x, TensorRef residual, TensorRef weight, double eps) {
+  check_fused_add_rms_norm_in_place_args(x, residual, weight, eps);
+  if (x.numel() == 0) return;
+  if (!x.is_contiguous() || !residual.is_contiguous()) {
+    // A strided x or residual: computed apart, then copied in.
+    auto [out, sum_out] = fused_add_rms_norm(x, residual, weight, eps);
+    torch::stable::Tensor x_dst = x.to_stable();
+    torch::stable::copy_(x_dst, std::move(out).to_stable());
+    torch::stable::Tensor residual_dst = residual.to_stable();
+    torch::stable::copy_(residual_dst, std::move(sum_out).to_stable());
+    return;
+  }
+  const int64_t n = x.sizes().back();
+  const int64_t rows = x.numel() / n;
+  THO_DISPATCH_V2(
+      x.scalar_type(), "fused_add_rms_norm__cpu", AT_WRAP([&] {
+        using acc_t = acc_type<scalar_t>;
+        const ContiguousAs acc_weight(weight, torch::headeronly::CppTypeToScalarType<acc_t>::value);
+        scalar_t* x_data = x.mutable_data_as<scalar_t>();
+        scalar_t* residual_data = residual.mutable_data_as<scalar_t>();
+        const acc_t* weight_data = acc_weight.ref().data_as<acc_t>();
+        const acc_t acc_eps = static_cast<acc_t>(eps);
+        const int64_t rows_per_grain = std::max<int64_t>(1, kGrainSize / n);
+        parallel_for_work(0, rows, rows_per_grain, rows * n, [&](int64_t begin, int64_t end) {
+          cpu_vec::fused_add_rms_norm_in_place(x_data, residual_data, weight_data, begin, end, n,
+                                               acc_eps);
+        });
+      }),
+      AT_FLOATING_TYPES, torch::headeronly::ScalarType::Half,
+      torch::headeronly::ScalarType::BFloat16);
+}
+
 }  // namespace cpu
 }  // namespace my_ops

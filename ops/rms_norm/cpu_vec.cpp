@@ -4,9 +4,11 @@
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace my_ops::cpu_vec {
 namespace {
@@ -133,6 +135,21 @@ void fused_add_rms_norm(const scalar_t* x, const scalar_t* residual,
                                                  eps);
 }
 
+template <typename scalar_t>
+void fused_add_rms_norm_in_place(scalar_t* x, scalar_t* residual, const acc_type<scalar_t>* weight,
+                                 int64_t begin, int64_t end, int64_t n, acc_type<scalar_t> eps) {
+  // rms_norm_row reads residual again after it wrote h (the tails, and every element in reduced
+  // precision, recompute x + residual): it reads a copy of the row instead, which stays in L1.
+  std::vector<scalar_t> residual_row(static_cast<size_t>(n));
+  for (int64_t row = begin; row < end; ++row) {
+    const int64_t offset = row * n;
+    std::copy_n(residual + offset, n, residual_row.data());
+    rms_norm_row<scalar_t, /*kHasResidual=*/true>(x + offset, residual_row.data(), weight,
+                                                  /*out=*/x + offset, /*sum_out=*/residual + offset,
+                                                  n, eps);
+  }
+}
+
 template void rms_norm(const float*, const float*, float*, int64_t, int64_t, int64_t, float);
 template void rms_norm(const double*, const double*, double*, int64_t, int64_t, int64_t, double);
 template void rms_norm(const c10::Half*, const float*, c10::Half*, int64_t, int64_t, int64_t,
@@ -148,5 +165,14 @@ template void fused_add_rms_norm(const c10::Half*, const c10::Half*, const float
                                  c10::Half*, int64_t, int64_t, int64_t, float);
 template void fused_add_rms_norm(const c10::BFloat16*, const c10::BFloat16*, const float*,
                                  c10::BFloat16*, c10::BFloat16*, int64_t, int64_t, int64_t, float);
+
+template void fused_add_rms_norm_in_place(float*, float*, const float*, int64_t, int64_t, int64_t,
+                                          float);
+template void fused_add_rms_norm_in_place(double*, double*, const double*, int64_t, int64_t,
+                                          int64_t, double);
+template void fused_add_rms_norm_in_place(c10::Half*, c10::Half*, const float*, int64_t, int64_t,
+                                          int64_t, float);
+template void fused_add_rms_norm_in_place(c10::BFloat16*, c10::BFloat16*, const float*, int64_t,
+                                          int64_t, int64_t, float);
 
 }  // namespace my_ops::cpu_vec

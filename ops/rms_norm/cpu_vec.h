@@ -27,4 +27,11 @@ void fused_add_rms_norm(const scalar_t* x, const scalar_t* residual,
                         const acc_type<scalar_t>* weight, scalar_t* out, scalar_t* sum_out,
                         int64_t begin, int64_t end, int64_t n, acc_type<scalar_t> eps);
 
+// fused_add_rms_norm in place (fused_add_rms_norm_): x becomes the normalized rows and residual
+// h, rows [begin, end) of contiguous [rows, n] x and residual, which share no memory. The results
+// are those of fused_add_rms_norm, bit for bit.
+template <typename scalar_t>
+void fused_add_rms_norm_in_place(scalar_t* x, scalar_t* residual, const acc_type<scalar_t>* weight,
+                                 int64_t begin, int64_t end, int64_t n, acc_type<scalar_t> eps);
+
 }  // namespace my_ops::cpu_vec

@@ -176,5 +176,18 @@ std::tuple<OwnedTensor, OwnedTensor> fused_add_rms_norm(TensorRef x, TensorRef r
   return {std::move(out), std::move(sum_out)};
 }
 
+// Computed out of place and copied into x and residual: the kernel above reads x and residual
+// again after it wrote h (its second loop recomputes the unrounded sum), so it cannot write them.
+void fused_add_rms_norm_(TensorRef x, TensorRef residual, TensorRef weight, double eps) {
+  check_fused_add_rms_norm_in_place_args(x, residual, weight, eps);
+  if (x.numel() == 0) return;
+  auto [out, sum_out] = fused_add_rms_norm(x, residual, weight, eps);
+  const DeviceGuard device_guard(x.device_index());
+  torch::stable::Tensor x_dst = x.to_stable();
+  torch::stable::copy_(x_dst, std::move(out).to_stable());
+  torch::stable::Tensor residual_dst = residual.to_stable();
+  torch::stable::copy_(residual_dst, std::move(sum_out).to_stable());
+}
+
 }  // namespace cuda
 }  // namespace my_ops

@@ -14,6 +14,8 @@ fake, autograd formula, float64 reference and spec (see :mod:`my_ops.ops`).
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from . import _library, nn, ops, pack, quantize
@@ -30,6 +32,14 @@ from ._library import (
 from .nn import RMSNorm
 
 OP_WRAPPERS = {spec.wrapper.__name__: spec.wrapper for spec in ops.SPECS.values()}
+# In-place forms (<op>_): my_ops.<op>_ beside my_ops.<op>, from the op's module.
+OP_WRAPPERS.update(
+    {
+        spec.in_place_name: getattr(sys.modules[spec.wrapper.__module__], spec.in_place_name)
+        for spec in ops.SPECS.values()
+        if spec.in_place is not None
+    }
+)
 globals().update(OP_WRAPPERS)
 
 __all__ = [

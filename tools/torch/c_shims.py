@@ -71,6 +71,12 @@ def read_registration(text: str) -> tuple[str, list[str]]:
 
 
 OUT_SUFFIX = "_out"
+# torchgen's overload name for an in-place form <op>_ (see parse_schema).
+IN_PLACE_OVERLOAD = "in_place"
+# The last parameter of the shim of an op that returns nothing: AOTInductor's call passes one
+# result handle even then (nullptr, for the None it records as the op's output), which
+# torchgen's declaration of such an op leaves out.
+NO_RESULT_PARAMETER = "AtenTensorHandle* ret0"
 
 
 def parse_schema(schema: str) -> FunctionSchema:
@@ -80,6 +86,12 @@ def parse_schema(schema: str) -> FunctionSchema:
     says why it is an op of its own), is read as torchgen's ``<op>.out`` overload: torchgen
     reserves the ``_out`` suffix for that, and names the overload's shim
     aoti_torch_<device>_<op>_out, the name AOTInductor calls for the op ``<op>_out``.
+
+    An in-place form, ``<op>_(Tensor(a!) x, ...) -> ()``, is read as the overload
+    ``<op>.in_place``: torchgen takes a trailing underscore for ATen's in-place convention
+    (a ``self`` argument, returned), which an op that returns nothing cannot follow, and
+    torch.export can only functionalize a mutating custom op that returns nothing.
+    :func:`declaration` gives its shim the name AOTInductor calls, aoti_torch_<device>_<op>_.
     """
     name, paren, rest = schema.partition("(")
     name = name.rsplit("::", 1)[-1]
@@ -90,6 +102,8 @@ def parse_schema(schema: str) -> FunctionSchema:
     companion = name.endswith(OUT_SUFFIX) and "Tensor(a!)" in rest
     if companion:
         name = name.removesuffix(OUT_SUFFIX) + ".out"
+    elif name.endswith("_") and rest.rstrip().endswith("-> ()"):
+        name = f"{name.removesuffix('_')}.{IN_PLACE_OVERLOAD}"
     try:
         parsed = FunctionSchema.parse(name + paren + rest)
     except AssertionError as e:
@@ -113,9 +127,18 @@ def shim_name(op: str, device: str) -> str:
 
 def declaration(schema: str, device: str) -> str:
     """The shim's C declaration, as AOTInductor's custom_ops_to_c_shims takes it (no ';')."""
+    parsed = parse_schema(schema)
     with _torchgen():
-        decl, _ = gen_declaration_and_definition(parse_schema(schema), device, "", {})
-    return decl.removeprefix("AOTI_TORCH_EXPORT ").removesuffix(";")
+        decl, _ = gen_declaration_and_definition(parsed, device, "", {})
+    if parsed.name.overload_name == IN_PLACE_OVERLOAD:
+        base = str(parsed.name.name)
+        decl = decl.replace(
+            f"{shim_name(base, device)}_{IN_PLACE_OVERLOAD}(", f"{shim_name(base + '_', device)}("
+        )
+    decl = decl.removeprefix("AOTI_TORCH_EXPORT ").removesuffix(";")
+    if not parsed.returns and not parsed.arguments.out:
+        decl = f"{decl.removesuffix(')')}, {NO_RESULT_PARAMETER})"
+    return decl
 
 
 def kernel_namespace(namespace: str, device: str) -> str:
@@ -182,10 +205,11 @@ class _Op:
 
     def kernel_declaration(self) -> str:
         """``<result> <op>(<inputs>, TensorRef out)``: a new tensor (OwnedTensor), a tuple of
-        them, or nothing for an out= companion, which fills `out`."""
+        them, or nothing for an out= companion, which fills `out`, and for an in-place op
+        (``-> ()``), which writes its mutable (``Tensor(a!)``) arguments."""
         params = [f"{_KERNEL_TYPES[t]} {n}" for n, t in self.inputs]
         params += [f"TensorRef {n}" for n in self.out]
-        if self.out:
+        if self.out or self.returns == 0:
             result = "void"
         elif self.returns == 1:
             result = "OwnedTensor"
@@ -199,6 +223,8 @@ class _Op:
         params += [f"{_C_TYPES[t]} {n}" for n, t in self.inputs]
         if not self.out:
             params += [f"AtenTensorHandle* ret{i}" for i in range(self.returns)]
+            if self.returns == 0:
+                params.append(NO_RESULT_PARAMETER)
         return f"AOTITorchError {shim_name(self.name, device)}({', '.join(params)})"
 
     def _call(self, namespace: str, device: str, args: list[str]) -> str:
@@ -219,6 +245,8 @@ class _Op:
         outputs = 1 if self.out else self.returns
         if self.out:
             body = f"  {call};\n  stack[0] = my_ops::boxed::result(std::move({self.out[0]}));\n"
+        elif self.returns == 0:
+            body = f"  {call};\n"
         elif self.returns == 1:
             body = f"  stack[0] = my_ops::boxed::result({call});\n"
         else:
@@ -237,7 +265,7 @@ class _Op:
         args = [_FROM_C[t].format(n) for n, t in self.inputs]
         args += [f"TensorRef({n})" for n in self.out]
         call = self._call(namespace, device, args)
-        if self.out:
+        if self.out or self.returns == 0:
             body = f"{call};"
         elif self.returns == 1:
             body = f"*ret0 = {call}.release();"

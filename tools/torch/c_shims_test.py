@@ -219,3 +219,23 @@ def test_command_line_writes_the_file_or_fails_with_one_line(tmp_path: Path):
         'constexpr char kNamespace[] = "<namespace>"; line, found 0'
     ]
     assert not bad.exists()
+
+
+def test_an_in_place_form_writes_its_arguments_and_returns_nothing():
+    # <op>_(Tensor(a!) x, ...) -> (): read past torchgen's ATen in-place rule (a `self`
+    # returned); the shim keeps the name AOTInductor calls and takes the one null result
+    # handle AOTInductor's call of an op without results still passes.
+    schema = "norm_(Tensor(a!) x, Tensor(b!) r, Tensor w, float eps=1e-6) -> ()"
+    want = (
+        "AOTITorchError aoti_torch_{}_norm_(AtenTensorHandle x, AtenTensorHandle r, "
+        "AtenTensorHandle w, double eps, AtenTensorHandle* ret0)"
+    )
+    assert c_shims.declaration(schema, "cpu") == want.format("cpu")
+    text = c_shims.generate(_registration(schema), "registration.cpp")
+    assert "void norm_(TensorRef x, TensorRef r, TensorRef w, double eps);" in text
+    for device in ("cpu", "cuda"):
+        assert want.format(device) + " {" in text
+        assert f"a::{device}::norm_(TensorRef(x), TensorRef(r), TensorRef(w), eps);" in text
+    # The boxed entry: four arguments, no result.
+    assert 'my_ops::boxed::check_arity("norm_", num_args, 4, num_outputs, 0);' in text
+    assert "stack[0] = " not in text.split("void cpu_norm_")[1].split("}")[0]

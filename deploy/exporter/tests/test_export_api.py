@@ -370,6 +370,33 @@ def test_the_default_cpu_package_runs_packed_linear_layers_and_takes_weights_fil
     _check_against_eager_runner(compiled, _block(1))
 
 
+class InPlaceBlock(torch.nn.Module):
+    """A residual stream written in place (my_ops.fused_add_rms_norm_), as a decoder's layers
+    may pass theirs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(WIDTH, WIDTH, bias=False)
+        self.norm = torch.nn.Parameter(torch.linspace(0.5, 1.5, WIDTH))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, residual = self.linear(x), x * 2
+        my_ops.fused_add_rms_norm_(h, residual, self.norm)
+        return h + residual
+
+
+def test_a_package_calls_an_in_place_op_through_its_c_shim(tmp_path: Path) -> None:
+    """torch.export functionalizes the mutation, Inductor writes the buffers in place again,
+    and the package calls the form's C shim (which takes the null result handle
+    AOTInductor passes an op without results)."""
+    torch.manual_seed(0)
+    model = InPlaceBlock().eval()
+    exported = export(model, (torch.randn(4, WIDTH),), tmp_path / "p", dynamic_shapes=_batch(4),
+                      max_batch=4, cache=False)  # fmt: skip
+    assert '"c_shim": "aoti_torch_cpu_fused_add_rms_norm_"' in exported.manifest.read_text()
+    _check_against_eager(exported, model, (1, 4))
+
+
 class TiedLM(torch.nn.Module):
     """An embedding and an output projection that share one weight, as LLaMA-family LLMs tie
     theirs (SmolLM2's is 113 MB): the compiled package holds the tensor once, by one name."""

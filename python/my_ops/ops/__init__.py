@@ -13,7 +13,7 @@ import functools
 import importlib
 import pkgutil
 
-from ._spec import Autograd, InferenceOnly, OpSpec
+from ._spec import Autograd, InferenceOnly, InPlace, OpSpec
 
 
 def _discover() -> dict[str, OpSpec]:
@@ -50,6 +50,8 @@ def register_all(register_fake) -> None:
         register_fake(spec.qualname, _with_schema_defaults(spec))
         if companion(spec) is not None:
             register_fake(spec.qualname + OUT_SUFFIX, _companion_fake(spec))
+        if isinstance(spec.in_place, InPlace):
+            register_fake(spec.qualname + "_", _in_place_fake(spec))
         if isinstance(spec.autograd, Autograd):
             torch.library.register_autograd(
                 spec.qualname, spec.autograd.backward, setup_context=spec.autograd.setup_context
@@ -97,6 +99,16 @@ def companion(spec: OpSpec):
 
     packet = getattr(torch.ops.my_ops, spec.name + OUT_SUFFIX, None)
     return None if packet is None else packet.default
+
+
+def _in_place_fake(spec: OpSpec):
+    def fake(*args, **kwargs) -> None:
+        # The kernels' checks of the arguments, in the form's words; which memory the
+        # written arguments share a fake cannot tell.
+        spec.check_args(spec.bind(args, kwargs), op=spec.in_place_name)
+
+    fake.__name__ = f"{spec.in_place_name}_fake"
+    return fake
 
 
 def _companion_fake(spec: OpSpec):

@@ -112,6 +112,17 @@ INFERENCE_ONLY = InferenceOnly()
 
 
 @dataclass(frozen=True)
+class InPlace:
+    """The op's in-place form, ``<op>_`` (vLLM's): the op's arguments, its outputs written
+    into the arguments ``writes`` names (output i into ``writes[i]``), returning nothing.
+    It refuses what the op refuses, and also a written argument whose elements repeat (an
+    expanded tensor) or that shares memory with another argument. No gradient: a call that
+    needs one is refused, naming the form."""
+
+    writes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class BadCase:
     """A call the op must refuse with a RuntimeError whose message names ``blame``.
 
@@ -171,6 +182,8 @@ class OpSpec:
     # The schema's defaults as registration.cpp should give them, written out: the tests
     # compare the two, so changing a default is a deliberate edit in both places.
     defaults: Mapping[str, object] = field(default_factory=dict)
+    # The in-place form, ``torch.ops.my_ops.<name>_``, when the library has one.
+    in_place: InPlace | None = None
 
     @property
     def qualname(self) -> str:
@@ -191,16 +204,22 @@ class OpSpec:
     def primary(self) -> Primary:
         return self.arguments[self.primary_name]
 
-    def check_args(self, args: tuple) -> None:
+    @property
+    def in_place_name(self) -> str:
+        return self.name + "_"
+
+    def check_args(self, args: tuple, op: str | None = None) -> None:
         """Refuse bad arguments (all of them, in schema order) as the kernels do: the
-        primary first, since every other check compares with it, then the rest in order."""
+        primary first, since every other check compares with it, then the rest in order.
+        ``op``: the name the messages give (the in-place form's); the op's by default."""
+        op = self.name if op is None else op
         names = list(self.arguments)
         x = args[names.index(self.primary_name)]
-        self.primary.check(self.name, self.primary_name, x, x)
+        self.primary.check(op, self.primary_name, x, x)
         by_name = dict(zip(names, args, strict=True))
         for (name, role), value in zip(self.arguments.items(), args, strict=True):
             if name != self.primary_name:
-                role.check_in_call(self.name, name, value, x, by_name)
+                role.check_in_call(op, name, value, x, by_name)
 
     def checked_fake(self, *args):
         """The fake as torch calls it: the arguments checked, then the outputs' shapes."""

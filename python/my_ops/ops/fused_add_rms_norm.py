@@ -9,6 +9,7 @@ from . import _checks, rms_norm
 from ._spec import (
     Autograd,
     BenchTargets,
+    InPlace,
     LastDimVector,
     LikePrimary,
     NonNegativeFloat,
@@ -40,6 +41,30 @@ def fused_add_rms_norm(
     if eps is None:
         return torch.ops.my_ops.fused_add_rms_norm(x, residual, weight)
     return torch.ops.my_ops.fused_add_rms_norm(x, residual, weight, eps)
+
+
+def fused_add_rms_norm_(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float | None = None
+) -> None:
+    """:func:`fused_add_rms_norm` in place, as vLLM's ``fused_add_rms_norm``: ``residual``
+    becomes ``h = x + residual`` and ``x`` the normalized ``h``, with the values
+    :func:`fused_add_rms_norm` returns, and no new tensor (a decoder's layers pass one
+    residual stream through). Also refused: an ``x`` or ``residual`` that is expanded, or
+    that shares memory with another argument. Not differentiable: a call that needs a
+    gradient is refused (use :func:`fused_add_rms_norm`).
+    """
+    _library.ensure_loaded()
+    if torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in (x, residual, weight)
+    ):
+        raise RuntimeError(
+            "fused_add_rms_norm_: writes its inputs in place, which has no gradient; call "
+            "fused_add_rms_norm, or this under torch.no_grad()"
+        )
+    if eps is None:
+        torch.ops.my_ops.fused_add_rms_norm_(x, residual, weight)
+    else:
+        torch.ops.my_ops.fused_add_rms_norm_(x, residual, weight, eps)
 
 
 def fake(
@@ -101,6 +126,7 @@ SPEC = OpSpec(
         "eps": NonNegativeFloat(samples=(1e-6, 1e-5, 1.0)),
     },
     autograd=Autograd(_backward, _setup_context),
+    in_place=InPlace(writes=("x", "residual")),
     edge_samples=_edge_samples,
     bench={
         "cpu": BenchTargets(max_vs_compiled=1.1, min_clone_bandwidth=0.75),
