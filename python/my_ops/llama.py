@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .ops.fused_add_rms_norm import fused_add_rms_norm
+from .ops.fused_add_rms_norm import fused_add_rms_norm, fused_add_rms_norm_
 from .ops.rms_norm import rms_norm
 from .ops.rotary_embedding import rotary_embedding
 from .ops.silu_and_mul import silu_and_mul
@@ -47,6 +47,15 @@ def _aten_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
 def _aten_fused_add_rms_norm(x, residual, weight, eps):
     h = x + residual
     return _aten_rms_norm(h, weight, eps), h
+
+
+def _fused_add_rms_norm(x, residual, weight, eps):
+    # Without autograd (inference, an export) the residual stream is written in place: no new
+    # tensors per layer. With it, the functional op, which has a gradient.
+    if torch.is_grad_enabled():
+        return fused_add_rms_norm(x, residual, weight, eps)
+    fused_add_rms_norm_(x, residual, weight, eps)
+    return x, residual
 
 
 def _rotary_embedding(x, cos, sin, positions):
@@ -69,7 +78,7 @@ def _aten_silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 # The block's ops: this library's, or the same math in ATen ops (custom_ops=False: the model
 # other runtimes and Inductor compile on their own, for comparisons).
 _OPS = {
-    True: (rms_norm, fused_add_rms_norm, _rotary_embedding, silu_and_mul),
+    True: (rms_norm, _fused_add_rms_norm, _rotary_embedding, silu_and_mul),
     False: (_aten_rms_norm, _aten_fused_add_rms_norm, _aten_rotary_embedding, _aten_silu_and_mul),
 }
 
