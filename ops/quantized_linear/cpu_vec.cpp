@@ -62,6 +62,28 @@ MY_OPS_VNNI inline __mmask64 step_mask(int64_t remaining) {
   return remaining >= 64 ? ~__mmask64{0} : (__mmask64{1} << remaining) - 1;
 }
 
+// The sums of the lanes of four vectors, as the four lanes of one: a transposing add tree, a
+// third of the shuffles of four reductions, which at a decoding step's one row cost as much as
+// the products of a short in_features.
+MY_OPS_VNNI inline __m128i sum_lanes_of_four(__m512i a, __m512i b, __m512i c, __m512i d) {
+  // Per 128-bit lane: [a0 + a2, b0 + b2, a1 + a3, b1 + b3], and the same of c and d.
+  const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+  const __m512i cd = _mm512_add_epi32(_mm512_unpacklo_epi32(c, d), _mm512_unpackhi_epi32(c, d));
+  // Per 128-bit lane: the lane's sums of a, b, c and d.
+  const __m512i abcd =
+      _mm512_add_epi32(_mm512_unpacklo_epi64(ab, cd), _mm512_unpackhi_epi64(ab, cd));
+  const __m256i halves =
+      _mm256_add_epi32(_mm512_castsi512_si256(abcd), _mm512_extracti64x4_epi64(abcd, 1));
+  return _mm_add_epi32(_mm256_castsi256_si128(halves), _mm256_extracti128_si256(halves, 1));
+}
+
+// How many channels ahead the products prefetch the weights: a channel's row is in_features
+// bytes, a short stream (576 in SmolLM2's attention) on which the hardware prefetcher does not
+// keep up; prefetching the same step of the channels 8 ahead took a SmolLM2 decoding step
+// from 43.6 to 48.4-48.8 tokens/s at 1 thread and from 63-68 to 81 at 2 (4 and 16 ahead
+// measured the same).
+constexpr int64_t kPrefetchChannels = 8;
+
 // dots[r][c] = sum_i q[r * q_stride + i] * w[c * w_stride + i] over i < k: R rows by C channels
 // at once, so that each weight step is loaded once for R rows and each q step once for C channels.
 template <int R, int C>
@@ -74,14 +96,24 @@ MY_OPS_VNNI void int8_dots(const uint8_t* q, int64_t q_stride, const int8_t* w, 
   for (int64_t i = 0; i < k; i += 64) {
     const __mmask64 mask = step_mask(k - i);
     __m512i wv[C];
-    for (int c = 0; c < C; ++c) wv[c] = _mm512_maskz_loadu_epi8(mask, w + c * w_stride + i);
+    for (int c = 0; c < C; ++c) {
+      wv[c] = _mm512_maskz_loadu_epi8(mask, w + c * w_stride + i);
+      // A prefetch past the matrix's end does not fault.
+      _mm_prefetch(reinterpret_cast<const char*>(w + (c + kPrefetchChannels) * w_stride + i),
+                   _MM_HINT_T0);
+    }
     for (int r = 0; r < R; ++r) {
       const __m512i xv = _mm512_maskz_loadu_epi8(mask, q + r * q_stride + i);
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbusd_epi32(acc[r][c], xv, wv[c]);
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) dots[r][c] = _mm512_reduce_add_epi32(acc[r][c]);
+    if constexpr (C == 4) {
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dots[r]),
+                       sum_lanes_of_four(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    } else {
+      for (int c = 0; c < C; ++c) dots[r][c] = _mm512_reduce_add_epi32(acc[r][c]);
+    }
   }
 }
 
