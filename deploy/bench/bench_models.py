@@ -534,7 +534,7 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="instead of the timings: SmolLM2 generating tokens, prefill and decode tokens/s of "
         "our decoder package (loader --generate), ExecuTorch and llama.cpp at each thread count "
-        "(models_generate.py)",
+        "(models_generate.py); with --quantize int8, ours int8 against llama.cpp's Q8_0",
     )
     p.add_argument("--no-check", action="store_true", help="exit 0 even when a target is missed")
     args = p.parse_args(argv)
@@ -590,13 +590,23 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if missed and not args.no_check else 0
 
     if args.generate:
+        quantize = args.quantize
+        if quantize not in models_generate.LLAMA_CPP_SCHEME:
+            print(f"bench_models: --generate takes --quantize int8 or none, not {quantize}")
+            return 2
         runners = models_generate.Runners(
             tools,
-            models_generate.export_decoder(exporter, work, env, _check),
-            models_generate.export_executorch(work, env, _check),
-            models_generate.llama_cpp(work, os.environ[real_models.SMOLLM2_ENV], _check),
+            models_generate.export_decoder(exporter, work, env, _check, quantize),
+            None if quantize else models_generate.export_executorch(work, env, _check),
+            models_generate.llama_cpp(
+                work,
+                os.environ[real_models.SMOLLM2_ENV],
+                _check,
+                models_generate.LLAMA_CPP_SCHEME[quantize],
+            ),
             work,
             env,
+            quantize,
         )
         parity, missed = models_generate.check_transformers(runners, real_models._smollm2())
         print_table(
@@ -607,10 +617,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         rows, timing_missed = models_generate.measure(runners, thread_counts, args.rounds, _pin)
         missed += timing_missed
+        precision = f"ours {quantize}, llama.cpp Q8_0" if quantize else "fp32"
         print_table(
-            f"SmolLM2-135M fp32, KV cache {models_generate.CACHE}, greedy, "
+            f"SmolLM2-135M {precision}, KV cache {models_generate.CACHE}, greedy, "
             f"{models_generate.NEW_TOKENS} new tokens, tokens/s, median of {args.rounds} rounds",
-            models_generate.HEADER,
+            models_generate.header(runners.peers),
             rows,
         )
         print("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))

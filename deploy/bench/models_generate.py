@@ -19,6 +19,12 @@ Targets (MET/MISSED): our tokens are transformers'; ours >= each peer on decode 
 prefill, at 16, 64 and 128 prompt tokens and every thread count; and a decode step at cache
 fill CACHE - 64 no slower than at 16 (within this machine's noise, 10 %): attention reads the
 whole cache under a mask.
+
+With ``--quantize int8`` our package is exported with ``--quantize int8`` and llama.cpp runs
+the GGUF converted to Q8_0 (8-bit weights in blocks of 32, each with its scale), the scheme
+that compares; ExecuTorch is left out (its int8 recipe for this decoder is not built here).
+The tokens of two int8 models differ from fp32's and from each other's: the check against
+transformers says how many of the first tokens agree, and is no target.
 """
 
 from __future__ import annotations
@@ -41,6 +47,9 @@ PROMPTS = (16, 64, 128)
 VOCAB = 49152
 LLAMA_CPP = "llama-cpp-python==0.3.36"
 PEERS = ("executorch", "llama.cpp")
+# By our package's --quantize scheme (None: fp32): llama.cpp's GGUF scheme, and the peers run.
+LLAMA_CPP_SCHEME = {None: "F32", "int8": "Q8_0"}
+PEERS_FOR = {None: PEERS, "int8": ("llama.cpp",)}
 # A decode step at fill CACHE - NEW_TOKENS against one at fill 16: level within this.
 FILL_TOLERANCE = 1.10
 _RATES = re.compile(
@@ -50,11 +59,16 @@ _RATES = re.compile(
 _PEERS_SCRIPT = str(Path(__file__).with_name("generate_peers.py"))
 
 
-def export_decoder(exporter: list[str], work: Path, env: dict, check) -> Path:
-    """SmolLM2's decoder package with a KV cache of CACHE positions (cached by the exporter)."""
-    out = work / "packages" / "generate" / f"smollm2_decoder_{CACHE}"
+def export_decoder(
+    exporter: list[str], work: Path, env: dict, check, quantize: str | None = None
+) -> Path:
+    """SmolLM2's decoder package with a KV cache of CACHE positions (cached by the exporter),
+    its linear layers quantized with ``quantize``."""
+    scheme = f"_{quantize}" if quantize else ""
+    out = work / "packages" / "generate" / f"smollm2_decoder_{CACHE}{scheme}"
     cmd = [
         *exporter,
+        *(["--quantize", quantize] if quantize else []),
         "--model",
         "deploy.bench.real_models:smollm2_decoder",
         "--kv-cache",
@@ -82,9 +96,9 @@ def export_executorch(work: Path, env: dict, check) -> Path:
     return path
 
 
-def llama_cpp(work: Path, gguf: str, check) -> tuple[str, Path]:
+def llama_cpp(work: Path, gguf: str, check, scheme: str = "F32") -> tuple[str, Path]:
     """llama.cpp's interpreter (a virtual environment in --work, built once) and SmolLM2's
-    F32 GGUF (converted once)."""
+    GGUF in ``scheme`` (F32 or Q8_0, converted once)."""
     folder = work / "llama_cpp"
     python = folder / "venv" / "bin" / "python"
     probe = [str(python), "-c", "import llama_cpp"]
@@ -101,15 +115,15 @@ def llama_cpp(work: Path, gguf: str, check) -> tuple[str, Path]:
             ),
             f"the build of {LLAMA_CPP}",
         )
-    model = folder / "smollm2_f32.gguf"
+    model = folder / f"smollm2_{scheme.lower()}.gguf"
     if not model.exists():
         check(
             subprocess.run(
-                [str(python), _PEERS_SCRIPT, "llama.cpp-convert", gguf, str(model), "F32"],
+                [str(python), _PEERS_SCRIPT, "llama.cpp-convert", gguf, str(model), scheme],
                 capture_output=True,
                 text=True,
             ),
-            "llama.cpp's conversion of the GGUF to F32",
+            f"llama.cpp's conversion of the GGUF to {scheme}",
         )
     return str(python), model
 
@@ -168,9 +182,19 @@ def peer_once(cmd: list[str], env: dict, pin: Callable) -> tuple[float, float, l
 class Runners:
     """How each runner generates, by name."""
 
-    def __init__(self, tools: dict, package: Path, pte: Path, llama: tuple[str, Path], work, env):
+    def __init__(
+        self,
+        tools: dict,
+        package: Path,
+        pte: Path | None,
+        llama: tuple[str, Path],
+        work,
+        env,
+        quantize: str | None = None,
+    ):
         self.tools, self.package, self.pte, self.llama = tools, package, pte, llama
-        self.work, self.env = work, env
+        self.work, self.env, self.quantize = work, env, quantize
+        self.peers = PEERS_FOR[quantize]
 
     def run(self, name: str, length: int, threads: int, pin: Callable):
         ids = ",".join(map(str, prompt_ids(length)))
@@ -206,6 +230,11 @@ def check_transformers(runners: Runners, lm) -> tuple[list[tuple[str, ...]], lis
         expected = out[0, n:].tolist()
         ours = runners.run("ours", n, 1, lambda: None)[2]
         same = ours[: len(expected)] == expected
+        if runners.quantize:
+            pairs = zip(ours[: len(expected)], expected, strict=True)
+            agree = next((i for i, (a, b) in enumerate(pairs) if a != b), len(expected))
+            rows.append((str(n), str(len(expected)), f"the first {agree} the same"))
+            continue
         rows.append((str(n), str(len(expected)), "same" if same else "DIFFERENT"))
         if not same:
             missed.append(f"ours generates other tokens than transformers after {n} tokens")
@@ -217,7 +246,8 @@ def measure(
 ) -> tuple[list[tuple[str, ...]], list[str]]:
     """The table's rows and the targets missed."""
     lengths = (*PROMPTS, CACHE - NEW_TOKENS)
-    names = ("ours", *PEERS)
+    peers = runners.peers
+    names = ("ours", *peers)
     results: dict[tuple[str, int, int], list[tuple[float, float, list[int]]]] = {}
     for r in range(rounds):
         for threads in thread_counts:
@@ -244,13 +274,13 @@ def measure(
             ours_tokens = results[("ours", n, threads)][0][2]
             same = [
                 name
-                for name in PEERS
+                for name in peers
                 if all(t == ours_tokens for _, _, t in results[(name, n, threads)])
             ]
             verdicts = []
             if n in PROMPTS:
                 for what, rates in (("prefill", prefill), ("decode", decode)):
-                    for peer in PEERS:
+                    for peer in peers:
                         if rates["ours"] < rates[peer]:
                             verdicts.append(f"{what} < {peer}")
                             missed.append(
@@ -277,7 +307,7 @@ def measure(
             (
                 str(threads),
                 f"decode at fill {PROMPTS[0]} / {CACHE - NEW_TOKENS}: {level:.2f}x ({verdict})",
-                *([""] * 8),
+                *([""] * (len(header(peers)) - 2)),
             )
         )
         if level > FILL_TOLERANCE:
@@ -285,15 +315,6 @@ def measure(
     return rows, missed
 
 
-HEADER = (
-    "threads",
-    "prompt",
-    "prefill ours",
-    "executorch",
-    "llama.cpp",
-    "decode ours",
-    "executorch",
-    "llama.cpp",
-    "same tokens",
-    "target",
-)
+def header(peers: tuple[str, ...] = PEERS) -> tuple[str, ...]:
+    return ("threads", "prompt", "prefill ours", *peers, "decode ours", *peers, "same tokens",
+            "target")  # fmt: skip
