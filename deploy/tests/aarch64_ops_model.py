@@ -23,6 +23,7 @@ from my_ops.ops._spec import (
     LastDimVector,
     OptionalBias,
     PackedWeight,
+    Positions,
     QuantizedWeight,
     WeightScale,
 )
@@ -180,6 +181,11 @@ def inputs(batch: int) -> tuple[torch.Tensor, ...]:
         for name, role in call.spec.arguments.items():
             if name == call.spec.primary_name:
                 tensors.append(x)
+            elif isinstance(role, Positions):
+                # One per token (x's dims before heads), in another order than the tokens'.
+                tokens = x.shape[:-2]
+                order = torch.arange(math.prod(tokens)) * 3 + 1
+                tensors.append((order % x.shape[role.seq_dim]).reshape(tokens))
             elif _is_input(role):
                 tensors.append(role.example(x, lambda s: _det(s, next(offsets))))
     tensors.append(_det((batch, SEQ, HIDDEN), next(offsets)))

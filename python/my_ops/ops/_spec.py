@@ -28,6 +28,7 @@ from ._roles import (  # noqa: F401  (re-exported: the roles are named from here
     NonNegativeFloat,
     OptionalBias,
     PackedWeight,
+    Positions,
     Primary,
     QuantizedWeight,
     Role,
