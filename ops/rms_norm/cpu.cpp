@@ -93,10 +93,8 @@ void fused_add_rms_norm_(TensorRef x, TensorRef residual, TensorRef weight, doub
   if (!x.is_contiguous() || !residual.is_contiguous()) {
     // A strided x or residual: computed apart, then copied in.
     auto [out, sum_out] = fused_add_rms_norm(x, residual, weight, eps);
-    torch::stable::Tensor x_dst = x.to_stable();
-    torch::stable::copy_(x_dst, std::move(out).to_stable());
-    torch::stable::Tensor residual_dst = residual.to_stable();
-    torch::stable::copy_(residual_dst, std::move(sum_out).to_stable());
+    copy_into(x, std::move(out));
+    copy_into(residual, std::move(sum_out));
     return;
   }
   const int64_t n = x.sizes().back();

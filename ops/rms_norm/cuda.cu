@@ -183,10 +183,8 @@ void fused_add_rms_norm_(TensorRef x, TensorRef residual, TensorRef weight, doub
   if (x.numel() == 0) return;
   auto [out, sum_out] = fused_add_rms_norm(x, residual, weight, eps);
   const DeviceGuard device_guard(x.device_index());
-  torch::stable::Tensor x_dst = x.to_stable();
-  torch::stable::copy_(x_dst, std::move(out).to_stable());
-  torch::stable::Tensor residual_dst = residual.to_stable();
-  torch::stable::copy_(residual_dst, std::move(sum_out).to_stable());
+  copy_into(x, std::move(out));
+  copy_into(residual, std::move(sum_out));
 }
 
 }  // namespace cuda

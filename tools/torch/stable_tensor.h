@@ -209,6 +209,13 @@ inline OwnedTensor empty_like_with_sizes(TensorRef like, IntArrayRef sizes) {
   return OwnedTensor(handle);
 }
 
+// Copies `src` into `dst` (same shape), whatever their layouts: results made apart and then
+// written into the tensor the caller gave.
+inline void copy_into(TensorRef dst, OwnedTensor src) {
+  torch::stable::Tensor target = dst.to_stable();
+  torch::stable::copy_(target, std::move(src).to_stable());
+}
+
 // Has `write` fill `out` (checked by check_out) and returns nothing: the body of an out=
 // companion. `write` takes a contiguous tensor; a strided `out` (a slice of a larger buffer, which
 // Inductor may plan an output into) is written through a contiguous temporary and copied.
@@ -221,8 +228,7 @@ void write_out(TensorRef out, const Write& write) {
   }
   OwnedTensor contiguous = empty_like_with_sizes(out, out.sizes());
   write(contiguous.ref());
-  torch::stable::Tensor dst = out.to_stable();
-  torch::stable::copy_(dst, std::move(contiguous).to_stable());
+  copy_into(out, std::move(contiguous));
 }
 
 }  // namespace my_ops
