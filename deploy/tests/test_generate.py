@@ -112,6 +112,35 @@ def test_the_last_position_of_the_cache_is_usable(model, reference) -> None:
     assert generate(model, ids, CACHE - 29, stop_token=EOS).tokens == expected
 
 
+@pytest.mark.parametrize("exported", [False, True], ids=["eager", "exported"])
+def test_a_step_reads_no_cache_position_past_its_own(exported) -> None:
+    # Positions past the filled part hold NaN: a step that read them, even under the mask,
+    # would give NaN (a masked probability of 0 times NaN), so equal finite logits mean they
+    # were not read. The exported program must keep that: its attention's length is read
+    # from the positions at run time.
+    spec = tiny_llama.make(CACHE)
+    run = spec.module
+    if exported:
+        run = torch.export.export(
+            run, spec.example_inputs, dynamic_shapes=spec.dynamic_shapes, strict=False
+        ).module()
+    caches = [b for name, b in run.named_buffers() if name.endswith(("k_cache", "v_cache"))]
+    assert len(caches) == 2 * tiny_llama.hf_model().config.num_hidden_layers
+    ids = torch.tensor([prompt(5, 6)])
+
+    def prompt_then_step(past: float) -> list[torch.Tensor]:
+        with torch.no_grad():
+            for cache in caches:
+                cache.zero_()
+                cache[:, :, 7:] = past
+            return [run(ids, torch.arange(6)), run(ids[:, :1], torch.tensor([6]))]
+
+    clean, poisoned = prompt_then_step(0.0), prompt_then_step(float("nan"))
+    for a, b in zip(clean, poisoned, strict=True):
+        assert torch.isfinite(b).all()
+        torch.testing.assert_close(b, a, rtol=0, atol=0)
+
+
 def test_two_sessions_interleaved_step_by_step_each_produce_their_own_tokens(model) -> None:
     a_ids, b_ids = prompt(5, 9), prompt(6, 3)
     alone_a = Session(model).generate(a_ids, 12).tokens
