@@ -16,9 +16,11 @@ the table says. Before the timings, our tokens are checked against transformers'
 generate on the original model in eager.
 
 Targets (MET/MISSED): our tokens are transformers'; ours >= each peer on decode and on
-prefill, at 16, 64 and 128 prompt tokens and every thread count; and a decode step at cache
-fill CACHE - 64 no slower than at 16 (within this machine's noise, 10 %): attention reads the
-whole cache under a mask.
+prefill, at 16, 64 and 128 prompt tokens and every thread count, and on decode at cache fill
+CACHE - 64. Our attention reads the filled part of the cache (my_ops.llama), llama.cpp's too,
+ExecuTorch's the whole cache under a mask (transformers' static cache), so a step's time grows
+with the fill by the attention alone: the table gives the decode rate at fill 16 over the rate
+at fill CACHE - 64, which no target bounds.
 
 With ``--quantize int8`` our package is exported with ``--quantize int8`` and llama.cpp runs
 the GGUF converted to Q8_0 (8-bit weights in blocks of 32, each with its scale), the scheme
@@ -50,8 +52,6 @@ PEERS = ("executorch", "llama.cpp")
 # By our package's --quantize scheme (None: fp32): llama.cpp's GGUF scheme, and the peers run.
 LLAMA_CPP_SCHEME = {None: "F32", "int8": "Q8_0"}
 PEERS_FOR = {None: PEERS, "int8": ("llama.cpp",)}
-# A decode step at fill CACHE - NEW_TOKENS against one at fill 16: level within this.
-FILL_TOLERANCE = 1.10
 _RATES = re.compile(
     r"prefill (\d+) tokens [0-9.]+ ms \(([0-9.]+) tokens/s\), decode (\d+) tokens [0-9.]+ ms "
     r"\(([0-9.]+) tokens/s\)"
@@ -278,15 +278,18 @@ def measure(
                 if all(t == ours_tokens for _, _, t in results[(name, n, threads)])
             ]
             verdicts = []
-            if n in PROMPTS:
-                for what, rates in (("prefill", prefill), ("decode", decode)):
-                    for peer in peers:
-                        if rates["ours"] < rates[peer]:
-                            verdicts.append(f"{what} < {peer}")
-                            missed.append(
-                                f"{what} at {n} tokens, {threads} thread(s): ours "
-                                f"{rates['ours']:.1f} < {peer} {rates[peer]:.1f} tokens/s"
-                            )
+            # Prefill at the issue's prompt lengths; decode there and at the longest fill.
+            targets = (("prefill", prefill), ("decode", decode)) if n in PROMPTS else ()
+            if n == CACHE - NEW_TOKENS:
+                targets = (("decode", decode),)
+            for what, rates in targets:
+                for peer in peers:
+                    if rates["ours"] < rates[peer]:
+                        verdicts.append(f"{what} < {peer}")
+                        missed.append(
+                            f"{what} at {n} tokens, {threads} thread(s): ours "
+                            f"{rates['ours']:.1f} < {peer} {rates[peer]:.1f} tokens/s"
+                        )
             rows.append(
                 (
                     str(threads),
@@ -294,24 +297,19 @@ def measure(
                     *(f"{prefill[name]:.0f}" for name in names),
                     *(f"{decode[name]:.1f}" for name in names),
                     ", ".join(same) if same else "none",
-                    ("MISSED: " + "; ".join(verdicts))
-                    if verdicts
-                    else ("met" if n in PROMPTS else ""),
+                    ("MISSED: " + "; ".join(verdicts)) if verdicts else "met",
                 )
             )
         level = statistics.median(
             d for _, d, _ in results[("ours", PROMPTS[0], threads)]
         ) / statistics.median(d for _, d, _ in results[("ours", CACHE - NEW_TOKENS, threads)])
-        verdict = "met" if level <= FILL_TOLERANCE else "MISSED"
         rows.append(
             (
                 str(threads),
-                f"decode at fill {PROMPTS[0]} / {CACHE - NEW_TOKENS}: {level:.2f}x ({verdict})",
+                f"decode at fill {PROMPTS[0]} / {CACHE - NEW_TOKENS}: {level:.2f}x",
                 *([""] * (len(header(peers)) - 2)),
             )
         )
-        if level > FILL_TOLERANCE:
-            missed.append(f"ours decodes {level:.2f}x slower at fill {CACHE - NEW_TOKENS}")
     return rows, missed
 
 
