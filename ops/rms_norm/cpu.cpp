@@ -17,35 +17,45 @@ namespace my_ops {
 
 namespace {
 
-// `residual` and `sum_out` are unused when kHasResidual is false; x and residual are contiguous.
-template <bool kHasResidual>
-void rms_norm_kernel(TensorRef x, TensorRef residual, TensorRef weight, double eps, TensorRef out,
-                     TensorRef sum_out) {
+// Runs kernel(scalar_t{}, weight, eps, begin, end, n) over ranges of x's rows [rows, n] in
+// parallel, scalar_t being x's dtype; the weight is widened to acc_type<scalar_t> once up front,
+// which saves a conversion per element in the kernels (for every form of the op).
+template <class RowKernel>
+void for_row_ranges(TensorRef x, TensorRef weight, double eps, const RowKernel& kernel) {
   const int64_t n = x.sizes().back();
   const int64_t rows = x.numel() / n;
   THO_DISPATCH_V2(
       x.scalar_type(), "rms_norm_cpu", AT_WRAP([&] {
         using acc_t = acc_type<scalar_t>;
-        // Widening the (short) weight once up front saves a conversion per element in the kernel.
         const ContiguousAs acc_weight(weight, torch::headeronly::CppTypeToScalarType<acc_t>::value);
-        const scalar_t* x_data = x.data_as<scalar_t>();
-        const scalar_t* residual_data = kHasResidual ? residual.data_as<scalar_t>() : nullptr;
         const acc_t* weight_data = acc_weight.ref().data_as<acc_t>();
-        scalar_t* out_data = out.mutable_data_as<scalar_t>();
-        scalar_t* sum_data = kHasResidual ? sum_out.mutable_data_as<scalar_t>() : nullptr;
         const acc_t acc_eps = static_cast<acc_t>(eps);
         const int64_t rows_per_grain = std::max<int64_t>(1, kGrainSize / n);
         parallel_for_work(0, rows, rows_per_grain, rows * n, [&](int64_t begin, int64_t end) {
-          if constexpr (kHasResidual) {
-            cpu_vec::fused_add_rms_norm(x_data, residual_data, weight_data, out_data, sum_data,
-                                        begin, end, n, acc_eps);
-          } else {
-            cpu_vec::rms_norm(x_data, weight_data, out_data, begin, end, n, acc_eps);
-          }
+          kernel(scalar_t{}, weight_data, acc_eps, begin, end, n);
         });
       }),
       AT_FLOATING_TYPES, torch::headeronly::ScalarType::Half,
       torch::headeronly::ScalarType::BFloat16);
+}
+
+// `residual` and `sum_out` are unused when kHasResidual is false; x and residual are contiguous.
+template <bool kHasResidual>
+void rms_norm_kernel(TensorRef x, TensorRef residual, TensorRef weight, double eps, TensorRef out,
+                     TensorRef sum_out) {
+  for_row_ranges(
+      x, weight, eps,
+      [&](auto type, const auto* w, auto acc_eps, int64_t begin, int64_t end, int64_t n) {
+        using scalar_t = decltype(type);
+        if constexpr (kHasResidual) {
+          cpu_vec::fused_add_rms_norm(x.data_as<scalar_t>(), residual.data_as<scalar_t>(), w,
+                                      out.mutable_data_as<scalar_t>(),
+                                      sum_out.mutable_data_as<scalar_t>(), begin, end, n, acc_eps);
+        } else {
+          cpu_vec::rms_norm(x.data_as<scalar_t>(), w, out.mutable_data_as<scalar_t>(), begin, end,
+                            n, acc_eps);
+        }
+      });
 }
 
 // rms_norm into a contiguous `out` of x's shape, the arguments checked.
@@ -97,24 +107,14 @@ void fused_add_rms_norm_(TensorRef x, TensorRef residual, TensorRef weight, doub
     copy_into(residual, std::move(sum_out));
     return;
   }
-  const int64_t n = x.sizes().back();
-  const int64_t rows = x.numel() / n;
-  THO_DISPATCH_V2(
-      x.scalar_type(), "fused_add_rms_norm__cpu", AT_WRAP([&] {
-        using acc_t = acc_type<scalar_t>;
-        const ContiguousAs acc_weight(weight, torch::headeronly::CppTypeToScalarType<acc_t>::value);
-        scalar_t* x_data = x.mutable_data_as<scalar_t>();
-        scalar_t* residual_data = residual.mutable_data_as<scalar_t>();
-        const acc_t* weight_data = acc_weight.ref().data_as<acc_t>();
-        const acc_t acc_eps = static_cast<acc_t>(eps);
-        const int64_t rows_per_grain = std::max<int64_t>(1, kGrainSize / n);
-        parallel_for_work(0, rows, rows_per_grain, rows * n, [&](int64_t begin, int64_t end) {
-          cpu_vec::fused_add_rms_norm_in_place(x_data, residual_data, weight_data, begin, end, n,
-                                               acc_eps);
-        });
-      }),
-      AT_FLOATING_TYPES, torch::headeronly::ScalarType::Half,
-      torch::headeronly::ScalarType::BFloat16);
+  for_row_ranges(
+      x, weight, eps,
+      [&](auto type, const auto* w, auto acc_eps, int64_t begin, int64_t end, int64_t n) {
+        using scalar_t = decltype(type);
+        cpu_vec::fused_add_rms_norm_in_place(x.mutable_data_as<scalar_t>(),
+                                             residual.mutable_data_as<scalar_t>(), w, begin, end, n,
+                                             acc_eps);
+      });
 }
 
 }  // namespace cpu
