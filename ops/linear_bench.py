@@ -17,11 +17,15 @@ at a few tokens are read once a call, which bounds the call from below when they
 memory; these layers' weights, 0.15 to 0.9 MB, fit a server core's L2, so a call may beat it).
 
     tools/bazel run //ops:linear_bench -- --threads 1 --tokens 1,16,64
+
+``--cpu-isa avx2`` runs every candidate at that tier: ours through MY_OPS_CPU_ISA, torch's
+through ATen's, oneDNN's and MKL's caps (``my_ops.cpu_isa_environment``), in a new process.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -77,7 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
     p.add_argument("--no-compile", action="store_true", help="leave out torch.compile's row")
+    p.add_argument(
+        "--cpu-isa",
+        metavar="TIER",
+        help=f"ours and torch's kernels at this tier (this CPU: {', '.join(my_ops.cpu_isas())})",
+    )
     args = p.parse_args(argv)
+    if args.cpu_isa and os.environ.get(my_ops.CPU_ISA_ENV_VAR) != args.cpu_isa:
+        if args.cpu_isa not in my_ops.cpu_isas():
+            p.error(f"--cpu-isa: this CPU has {', '.join(my_ops.cpu_isas())}, not {args.cpu_isa!r}")
+        # The tier is picked once per process, torch's at its start: a new process.
+        env = dict(os.environ, **my_ops.cpu_isa_environment(args.cpu_isa))
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
     try:
         tokens = [int(t) for t in args.tokens.split(",")]
         if any(t < 1 for t in tokens):
@@ -95,7 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_grad_enabled(False)  # inference, for every candidate alike
     torch.manual_seed(0)
     gbps = _clone_gbps(args.rounds)
-    print(f"threads {args.threads}; torch.clone bandwidth {gbps:.1f} GB/s; ms per call (median)")
+    torch_isa = torch.backends.cpu.get_cpu_capability()
+    print(
+        f"threads {args.threads}; kernel tier: ours {my_ops.cpu_isa()}, torch {torch_isa}; "
+        f"torch.clone bandwidth {gbps:.1f} GB/s; ms per call (median)"
+    )
     names = ["int8", "int4", "packed", "fp32", "compiled", "torch_int8"]
     if args.no_compile:
         names.remove("compiled")

@@ -536,6 +536,14 @@ def main(argv: list[str] | None = None) -> int:
         "our decoder package (loader --generate), ExecuTorch and llama.cpp at each thread count "
         "(models_generate.py); with --quantize int8, ours int8 against llama.cpp's Q8_0",
     )
+    p.add_argument(
+        "--cpu-isa",
+        metavar="TIER",
+        help="run our kernels at this tier (MY_OPS_CPU_ISA), and Inductor's package and eager "
+        "PyTorch with torch's own caps at it (my_ops.cpu_isa_environment), and with --generate "
+        "llama.cpp built for it (avx2; other tiers: for this CPU); ONNX Runtime and ExecuTorch "
+        "have no such switch and run at the CPU's own tier (default: the CPU's highest)",
+    )
     p.add_argument("--no-check", action="store_true", help="exit 0 even when a target is missed")
     args = p.parse_args(argv)
     if args.footprint and args.quantize:
@@ -575,6 +583,21 @@ def main(argv: list[str] | None = None) -> int:
         HF_HUB_DISABLE_PROGRESS_BARS="1",
         TQDM_DISABLE="1",
     )
+    import my_ops
+
+    have = my_ops.cpu_isas()
+    if args.cpu_isa is not None:
+        if args.cpu_isa not in have:
+            p.error(f"--cpu-isa: this CPU has {', '.join(have)}, not {args.cpu_isa!r}")
+        os.environ.update(my_ops.cpu_isa_environment(args.cpu_isa))
+    tier = args.cpu_isa or have[-1]
+    print(
+        f"kernel tier: ours {tier}"
+        + (f", Inductor and eager capped at {tier}" if args.cpu_isa else "")
+        + f"; ONNX Runtime and ExecuTorch at this CPU's own ({have[-1]}); llama.cpp built for "
+        + (args.cpu_isa if args.cpu_isa in models_generate.LLAMA_CPP_TIER_FLAGS else "this CPU"),
+        flush=True,
+    )
     # The children import deploy.bench and my_ops as this process does.
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     user_cwd = os.environ.get("BUILD_WORKING_DIRECTORY", "")
@@ -603,6 +626,7 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ[real_models.SMOLLM2_ENV],
                 _check,
                 models_generate.LLAMA_CPP_SCHEME[quantize],
+                args.cpu_isa,
             ),
             work,
             env,

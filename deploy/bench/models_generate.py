@@ -96,16 +96,29 @@ def export_executorch(work: Path, env: dict, check) -> Path:
     return path
 
 
-def llama_cpp(work: Path, gguf: str, check, scheme: str = "F32") -> tuple[str, Path]:
-    """llama.cpp's interpreter (a virtual environment in --work, built once) and SmolLM2's
-    GGUF in ``scheme`` (F32 or Q8_0, converted once)."""
-    folder = work / "llama_cpp"
+# llama.cpp's build for a tier our kernels are capped at (bench_models --cpu-isa): its CPU
+# backend compiled for that tier alone. Other tiers, and no cap, build for this CPU.
+LLAMA_CPP_TIER_FLAGS = {
+    "avx2": "-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF",
+}
+
+
+def llama_cpp(
+    work: Path, gguf: str, check, scheme: str = "F32", tier: str | None = None
+) -> tuple[str, Path]:
+    """llama.cpp's interpreter (a virtual environment in --work, built once per build flags)
+    and SmolLM2's GGUF in ``scheme`` (F32 or Q8_0, converted once)."""
+    flags = LLAMA_CPP_TIER_FLAGS.get(tier or "", "-DGGML_NATIVE=ON")
+    folder = work / ("llama_cpp" if flags == "-DGGML_NATIVE=ON" else f"llama_cpp_{tier}")
     python = folder / "venv" / "bin" / "python"
     probe = [str(python), "-c", "import llama_cpp"]
     if not python.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
-        print(f"building {LLAMA_CPP} from PyPI's source, once (about ten minutes)", flush=True)
+        print(
+            f"building {LLAMA_CPP} from PyPI's source ({flags}), once (about ten minutes)",
+            flush=True,
+        )
         venv.create(folder / "venv", with_pip=True, clear=True)
-        env = dict(os.environ, CMAKE_ARGS="-DGGML_NATIVE=ON")
+        env = dict(os.environ, CMAKE_ARGS=flags)
         check(
             subprocess.run(
                 [str(python), "-m", "pip", "install", "--no-cache-dir", LLAMA_CPP, "numpy"],

@@ -66,10 +66,11 @@ def environment(tmpdir: Path) -> dict[str, str]:
     }
 
 
-def run(prefix: Path, argv: list[str], tmpdir: Path) -> subprocess.CompletedProcess:
-    """Runs a linux-aarch64 program under qemu with `environment(tmpdir)`, output captured."""
+def run(prefix: Path, argv: list[str], tmpdir: Path, cpu: str = CPU) -> subprocess.CompletedProcess:
+    """Runs a linux-aarch64 program under qemu (core `cpu`) with `environment(tmpdir)`, output
+    captured."""
     return subprocess.run(
-        command(prefix, argv),
+        command(prefix, argv, cpu),
         env=environment(tmpdir),
         capture_output=True,
         text=True,

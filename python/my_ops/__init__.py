@@ -20,11 +20,16 @@ import torch
 
 from . import _library, nn, ops, pack, quantize
 from ._library import (
+    CPU_ISA_ENV_VAR,
     ENV_VAR,
     CompanionUnavailableError,
+    CpuIsaError,
     LibraryNotFoundError,
     candidate_paths,
     companion_path,
+    cpu_isa,
+    cpu_isa_environment,
+    cpu_isas,
     is_loaded,
     load_library,
     loaded_path,
@@ -43,12 +48,17 @@ OP_WRAPPERS.update(
 globals().update(OP_WRAPPERS)
 
 __all__ = [
+    "CPU_ISA_ENV_VAR",
     "ENV_VAR",
     "CompanionUnavailableError",
+    "CpuIsaError",
     "LibraryNotFoundError",
     "RMSNorm",
     "candidate_paths",
     "companion_path",
+    "cpu_isa",
+    "cpu_isa_environment",
+    "cpu_isas",
     "is_loaded",
     "load_library",
     "loaded_path",

@@ -54,6 +54,16 @@ _companion_path: str | None = None
 _post_load_hooks: list = []
 
 
+# Caps the CPU kernels' instruction-set tier (ops/common/cpu_isa.h): scalar, avx2, avx512,
+# avx512_vnni, amx on x86-64; scalar, neon, neon_dot, neon_i8mm on aarch64.
+CPU_ISA_ENV_VAR = "MY_OPS_CPU_ISA"
+
+
+class CpuIsaError(ValueError):
+    """Raised on loading the library when MY_OPS_CPU_ISA names an unknown tier or one this
+    CPU lacks; the message is the library's one line, naming the variable and the tiers."""
+
+
 class CompanionUnavailableError(RuntimeError):
     """Raised on using what only the companion library provides (the RMSNorm class) when it
     is not loaded: it is built for another torch release, or missing."""
@@ -241,6 +251,62 @@ def _mark_loaded(path: str | None) -> None:
         _load_companion(path)
     for hook in _post_load_hooks:
         hook()
+    cpu_isa()  # a refused MY_OPS_CPU_ISA fails the load, not the first op
+
+
+def _isa_symbols() -> ctypes.CDLL:
+    # The library is RTLD_GLOBAL once loaded (_make_global); its file, where known, is the
+    # surer handle.
+    if _loaded_path is not None:
+        return ctypes.CDLL(_loaded_path, mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+    return ctypes.CDLL(None)
+
+
+def _isa_string(name: str) -> str | None:
+    function = getattr(_isa_symbols(), name)
+    function.restype = ctypes.c_char_p
+    function.argtypes = []
+    value = function()
+    return None if value is None else value.decode()
+
+
+def cpu_isa() -> str:
+    """The instruction-set tier the CPU kernels run at in this process: the CPU's highest, or
+    MY_OPS_CPU_ISA's cap. Raises :class:`CpuIsaError` when the cap is refused."""
+    ensure_loaded()
+    name = _isa_string("my_ops_cpu_isa")
+    if name is None:
+        raise CpuIsaError(_isa_string("my_ops_cpu_isa_error"))
+    return name
+
+
+# What caps torch's own CPU code at each of our tiers, for a comparison at one tier: ATen's
+# kernel dispatch (ATEN_CPU_CAPABILITY), oneDNN's (ONEDNN_MAX_CPU_ISA) and MKL's.
+_TORCH_CAPS = {
+    "scalar": {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"},
+    "avx2": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+    },
+    "avx512": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"},
+    "avx512_vnni": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"},
+    "amx": {"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"},
+}
+
+
+def cpu_isa_environment(tier: str) -> dict[str, str]:
+    """The environment variables that run a new process's kernels at `tier`: ours
+    (MY_OPS_CPU_ISA) and, where torch has a switch for them, torch's own (ATen, oneDNN, MKL),
+    so that a benchmark compares the two at one tier. A tier outside our tables gets only ours
+    (and is refused by the library)."""
+    return {CPU_ISA_ENV_VAR: tier, **_TORCH_CAPS.get(tier, {})}
+
+
+def cpu_isas() -> list[str]:
+    """The tiers this CPU has, lowest first: the values MY_OPS_CPU_ISA may take here."""
+    ensure_loaded()
+    return (_isa_string("my_ops_cpu_isas") or "").split(",")
 
 
 def _adopt_registered_ops() -> bool:

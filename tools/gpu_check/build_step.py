@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import platform
@@ -31,8 +32,9 @@ FLAG_LISTS = (
     "TORCH_OP_LIBRARY_LINKOPTS",
     "TORCH_STABLE_COPTS",
 )
-# torch_op_library's units with ATen's vector math, compiled without the stable-ABI flags.
-VEC_SOURCE = "cpu_vec.cpp"
+# torch_op_library's units with ATen's vector math (cpu_vec.cpp and the per-tier cpu_<tier>.cpp),
+# compiled without the stable-ABI flags: the basename pattern of its _VEC_SRC glob.
+VEC_SOURCE = "cpu_*.cpp"
 # Where the search looks after nvcc on PATH (/usr/local/cuda); tests point it elsewhere.
 DEFAULT_ROOT_VAR = "GPU_CHECK_DEFAULT_CUDA_ROOT"
 
@@ -351,7 +353,7 @@ def plan_build(run: Run) -> BuildPlan:
     # With the CUDA part, the generated file registers its kernels too.
     copts = [*stable_copts, *flags["TORCH_OP_LIBRARY_CUDA_COPTS"]] if cuda else stable_copts
     for src in sources["cpp"]:
-        own = vec_copts if src.endswith("/" + VEC_SOURCE) else copts
+        own = vec_copts if fnmatch.fnmatch(Path(src).name, VEC_SOURCE) else copts
         jobs[src] = [cxx, *cxx_flags, *own, "-c", str(ROOT / src)]
     # torch_op_library's genrule: every op's registrations and C shims, from the registration file.
     shims_cpp = run.work / "gen" / C_SHIMS

@@ -10,12 +10,19 @@ load(":kernel_flags.bzl", "TORCH_CPU_KERNEL_COPTS", "TORCH_CPU_KERNEL_COPTS_AARC
 # every folder of its package (a list of op folders to keep in step with the
 # folders would add nothing). tools/gpu_check finds them with the same
 # patterns; its test compares the two lists.
+# The op package's tests/ folder holds its tests, never library code.
 def _glob(pattern, exclude = []):
-    return native.glob(["*/" + pattern], exclude = ["*/" + p for p in exclude], allow_empty = True)
+    return native.glob(
+        ["*/" + pattern],
+        exclude = ["*/" + p for p in exclude] + ["tests/" + pattern],
+        allow_empty = True,
+    )
 
-# The kernels' vectorised math on raw pointers, compiled with ATen's
-# header-only at::vec (the rest of the library sees only the stable ABI).
-_VEC_SRC = "cpu_vec.cpp"
+# The kernels' vectorised math on raw pointers (cpu_vec.cpp, each op's config
+# of its variants, and cpu_<tier>.cpp, one file per instruction-set tier),
+# compiled with ATen's header-only at::vec (the rest of the library sees only
+# the stable ABI).
+_VEC_SRC = "cpu_*.cpp"
 
 def torch_op_library(name, registration = "registration.cpp", visibility = None):
     """Builds lib<name>.so, a PyTorch op library on LibTorch's stable ABI.
@@ -25,7 +32,8 @@ def torch_op_library(name, registration = "registration.cpp", visibility = None)
     kernels' vectorised math, which calls nothing of LibTorch.
 
     Each op folder holds cpu.cpp (the CPU kernels, <namespace>::cpu::<op>),
-    cpu_vec.cpp (their math on raw pointers, with at::vec), cuda.cu (the CUDA
+    cpu_vec.cpp (their math on raw pointers, with at::vec; the variants of
+    each instruction-set tier in cpu_<tier>.cpp beside it), cuda.cu (the CUDA
     kernels, <namespace>::cuda::<op>) and headers (*.h, *.cuh); the folder of
     shared helpers (common/) is one more. `registration` holds the one
     STABLE_TORCH_LIBRARY block with every schema. Adding an op means adding

@@ -305,3 +305,18 @@ def test_bazel_run_resolves_paths_and_finds_the_op_library(loader_bin, pkg, tmp_
     proc = _run(loader_bin, argv, tmp_path, env, cwd=runfiles_cwd)
     _assert_ran(proc, user_dir / "out" / "o.pt")
     assert os.listdir(runfiles_cwd) == []
+
+
+# --- the kernels' tier (MY_OPS_CPU_ISA) -----------------------------------------
+
+
+def test_a_cpu_tier_cap_it_cannot_honour_is_a_usage_error(loader_bin, pkg, tmp_path) -> None:
+    out = tmp_path / "out.pt"
+    proc = _run(loader_bin, _argv(pkg, out), tmp_path, env={"MY_OPS_CPU_ISA": "avx9000"})
+    _assert_one_error(proc, "usage", "MY_OPS_CPU_ISA=avx9000: unknown tier")
+    assert not out.exists()
+
+
+def test_the_portable_tier_runs_the_package(loader_bin, pkg, tmp_path) -> None:
+    out = tmp_path / "out.pt"
+    _assert_ran(_run(loader_bin, _argv(pkg, out), tmp_path, env={"MY_OPS_CPU_ISA": "scalar"}), out)

@@ -86,6 +86,13 @@ void load_op_libraries(const std::vector<VerifiedCopy>& libraries) {
     }
     loaded.insert(lib.sha256);
   }
+  // An op library with CPU kernel tiers (libmy_ops.so) refuses a MY_OPS_CPU_ISA it cannot
+  // honour, an unknown tier or one this CPU lacks: the environment's mistake, a usage error,
+  // on every open, before a run.
+  using IsaError = const char* (*)();
+  if (auto isa_error = reinterpret_cast<IsaError>(::dlsym(RTLD_DEFAULT, "my_ops_cpu_isa_error"))) {
+    if (const char* why = isa_error()) fail(kUsage, why);
+  }
 }
 
 void load_cuda_backend() {

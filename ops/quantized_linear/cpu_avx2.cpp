@@ -1,0 +1,329 @@
+// The quantized linear layers with AVX2 (x86-64-v3, the library's baseline: no target attribute).
+//
+// Exact integer sums without a saturating step. vpmaddubsw adds two u8 x s8 products into a
+// saturating int16 (2 x 255 x 127 > 32767), so neither op feeds it q against an int8 weight:
+// - linear_int8 widens: q's rows are centered once per call, (q - zero) in int16 ([-255, 255]),
+//   each weight is sign-extended to int16, and vpmaddwd adds product pairs into int32 exactly
+//   (2 x 255 x 128 < 2^31; the sums fit for K up to kMaxInt8InFeatures). No weight sums needed.
+// - linear_int4 keeps bytes: its weights are in [-8, 7], so vpmaddubsw's pairs stay within
+//   2 x 255 x 8, exact; vpmaddwd with ones widens them to int32. The weights' sums, made in the
+//   same pass, take the zero point out.
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "ops/quantized_linear/cpu_common.h"
+#include "ops/quantized_linear/cpu_vec.h"
+
+namespace my_ops::cpu_vec {
+#if defined(__x86_64__)
+namespace avx2 {
+namespace {
+
+using detail::int8_output;
+using detail::kNaN;
+using detail::round_to_int;
+using detail::row_scale;
+using detail::RowScale;
+
+inline int32_t sum_lanes(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+inline float sum_lanes(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// quantize_rows' row: the scalar code's float operations per element, so the same q; min and max
+// are reduced in another order, which cannot change them.
+QuantizedRow quantize_row(const float* row, int64_t k, uint8_t* q_row) {
+  __m256 lo_v = _mm256_setzero_ps();
+  __m256 hi_v = _mm256_setzero_ps();
+  __m256 poison_v = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= k; i += 8) {
+    const __m256 v = _mm256_loadu_ps(row + i);
+    lo_v = _mm256_min_ps(v, lo_v);
+    hi_v = _mm256_max_ps(v, hi_v);
+    poison_v = _mm256_add_ps(poison_v, _mm256_mul_ps(v, _mm256_setzero_ps()));
+  }
+  alignas(32) float lanes[3][8];
+  _mm256_store_ps(lanes[0], lo_v);
+  _mm256_store_ps(lanes[1], hi_v);
+  _mm256_store_ps(lanes[2], poison_v);
+  float lo = 0.0f;
+  float hi = 0.0f;
+  float poison = 0.0f;
+  for (int l = 0; l < 8; ++l) {
+    lo = lanes[0][l] < lo ? lanes[0][l] : lo;
+    hi = lanes[1][l] > hi ? lanes[1][l] : hi;
+    poison += lanes[2][l];
+  }
+  for (int64_t j = i; j < k; ++j) {
+    lo = row[j] < lo ? row[j] : lo;
+    hi = row[j] > hi ? row[j] : hi;
+    poison += row[j] * 0.0f;
+  }
+  const float range = hi - lo;
+  if (poison != 0.0f || !(range <= std::numeric_limits<float>::max())) {
+    std::memset(q_row, 0, static_cast<size_t>(k));
+    return {1.0f, 0, false};
+  }
+  const RowScale rs = row_scale(lo, range);
+  const __m256 inverse = _mm256_set1_ps(rs.inverse);
+  const __m256i zero = _mm256_set1_epi32(rs.zero_point);
+  const __m256i max_q = _mm256_set1_epi32(255);
+  const __m256i byte_order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  auto quantize8 = [&](const float* p) {
+    const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(p), inverse);
+    const __m256i rounded =
+        _mm256_cvtps_epi32(_mm256_round_ps(scaled, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    return _mm256_min_epi32(
+        _mm256_max_epi32(_mm256_add_epi32(rounded, zero), _mm256_setzero_si256()), max_q);
+  };
+  i = 0;
+  for (; i + 32 <= k; i += 32) {
+    const __m256i ab = _mm256_packus_epi32(quantize8(row + i), quantize8(row + i + 8));
+    const __m256i cd = _mm256_packus_epi32(quantize8(row + i + 16), quantize8(row + i + 24));
+    // packus works within 128-bit lanes: the permutation puts the 32 bytes back in order.
+    const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packus_epi16(ab, cd), byte_order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q_row + i), bytes);
+  }
+  for (; i < k; ++i) {
+    q_row[i] =
+        static_cast<uint8_t>(std::clamp(round_to_int(row[i] * rs.inverse) + rs.zero_point, 0, 255));
+  }
+  return {rs.scale, rs.zero_point, true};
+}
+
+void quantize_rows(const float* x, int64_t k, int64_t begin, int64_t end, uint8_t* q,
+                   QuantizedRow* params) {
+  for (int64_t r = begin; r < end; ++r) params[r] = quantize_row(x + r * k, k, q + r * k);
+}
+
+// linear_int8's rows: (q - zero) as int16, each row padded with zeros to a multiple of 16.
+constexpr int64_t kInt8Step = 16;
+
+int64_t padded_k(int64_t k) { return (k + kInt8Step - 1) / kInt8Step * kInt8Step; }
+
+std::vector<uint8_t> int8_rows(const uint8_t* q, const QuantizedRow* params, int64_t rows,
+                               int64_t k) {
+  const int64_t stride = padded_k(k);
+  std::vector<uint8_t> bytes(static_cast<size_t>(rows * stride) * sizeof(int16_t), 0);
+  int16_t* centered = reinterpret_cast<int16_t*>(bytes.data());
+  for (int64_t m = 0; m < rows; ++m) {
+    const int16_t zero = static_cast<int16_t>(params[m].zero_point);
+    for (int64_t i = 0; i < k; ++i) {
+      centered[m * stride + i] = static_cast<int16_t>(int16_t{q[m * k + i]} - zero);
+    }
+  }
+  return bytes;
+}
+
+// 16 weights of a channel as int16: a whole step, or the last k % 16 with zeros after them (read
+// through a copy, never past the weights' end).
+inline __m256i widen_weights(const int8_t* w, int64_t remaining) {
+  if (remaining >= kInt8Step) {
+    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+  }
+  alignas(16) int8_t tail[kInt8Step] = {};
+  std::memcpy(tail, w, static_cast<size_t>(remaining));
+  return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tail)));
+}
+
+// sums[r][c] = sum_i centered[r, i] * w[c, i]: R rows by C channels, each weight step widened
+// once for the R rows.
+template <int R, int C>
+void int8_block(const int16_t* centered, int64_t stride, const int8_t* w, int64_t k,
+                int32_t (&sums)[4][4]) {
+  __m256i acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_si256();
+  }
+  for (int64_t i = 0; i < k; i += kInt8Step) {
+    __m256i x[R];
+    for (int r = 0; r < R; ++r) {
+      x[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(centered + r * stride + i));
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m256i wv = widen_weights(w + c * k + i, k - i);
+      for (int r = 0; r < R; ++r) {
+        acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(x[r], wv));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) sums[r][c] = sum_lanes(acc[r][c]);
+  }
+}
+
+using Int8Block = void (*)(const int16_t*, int64_t, const int8_t*, int64_t, int32_t (&)[4][4]);
+
+// [rows - 1][channels - 1]: blocks of up to 4 rows by 3 channels (12 accumulators, the rows and
+// a widened weight in AVX2's 16 registers); one row gets 4 channels, more loads in flight.
+constexpr int kInt8Channels[4] = {4, 3, 3, 3};
+constexpr Int8Block kInt8Blocks[4][4] = {
+    {&int8_block<1, 1>, &int8_block<1, 2>, &int8_block<1, 3>, &int8_block<1, 4>},
+    {&int8_block<2, 1>, &int8_block<2, 2>, &int8_block<2, 3>, nullptr},
+    {&int8_block<3, 1>, &int8_block<3, 2>, &int8_block<3, 3>, nullptr},
+    {&int8_block<4, 1>, &int8_block<4, 2>, &int8_block<4, 3>, nullptr},
+};
+
+void linear_int8(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow* params,
+                 int64_t rows, int64_t k, const int8_t* weight, const float* weight_scale,
+                 const float* bias, float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
+  if (rows == 0) return;
+  const int16_t* centered = reinterpret_cast<const int16_t*>(rows_layout);
+  const int64_t stride = padded_k(k);
+  const int64_t row_block = std::min<int64_t>(rows, 4);
+  const int64_t channel_block = kInt8Channels[row_block - 1];
+  int32_t sums[4][4];
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += channel_block) {
+    const int channels = static_cast<int>(std::min<int64_t>(channel_block, n_end - n0));
+    for (int64_t m0 = 0; m0 < rows; m0 += 4) {
+      const int block_rows = static_cast<int>(std::min<int64_t>(4, rows - m0));
+      kInt8Blocks[block_rows - 1][channels - 1](centered + m0 * stride, stride, weight + n0 * k, k,
+                                                sums);
+      for (int r = 0; r < block_rows; ++r) {
+        for (int c = 0; c < channels; ++c) {
+          const int64_t n = n0 + c;
+          out[(m0 + r) * n_total + n] =
+              int8_output(params[m0 + r], int64_t{sums[r][c]}, weight_scale[n],
+                          bias != nullptr ? bias[n] : 0.0f);
+        }
+      }
+    }
+  }
+}
+
+// linear_int4's rows: q in the steps' order. A step is 32 in_features, 16 weight bytes, whose low
+// four bits (the even k) pair with the step's first 16 bytes of q and whose high four bits (the
+// odd k) with its last 16. k is a multiple of 32 (group sizes are).
+constexpr int64_t kInt4Step = 32;
+
+std::vector<uint8_t> int4_rows(const uint8_t* q, const QuantizedRow*, int64_t rows, int64_t k,
+                               int64_t) {
+  return detail::int4_step_order<kInt4Step>(q, rows, k, 0);
+}
+
+// totals[r][c] = sum_g scale[c, g] * sum_{k in g} (q[r, k] - zero[r]) * w[c, k]. Each step's
+// int32 lanes are exact integers below 2^24, and so is a lane's q * w minus zero times its weights'
+// sum: it is centered exactly, in float, before its group's scale (as the VNNI kernels do; taking
+// zero * sum_g scale * sum w out at the end instead lost up to 0.2 % to cancellation at K 4160).
+template <int R, int C>
+void int4_block(const uint8_t* ordered, int64_t k, const QuantizedRow* params, const uint8_t* w,
+                const float* scales, int64_t group_size, float (&totals)[4][4]) {
+  const __m256i low_bits = _mm256_set1_epi8(0x0F);
+  const __m256i eight = _mm256_set1_epi8(8);
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const int64_t groups = k / group_size;
+  __m256 zero_points[R];
+  __m256 total[R][C];
+  for (int r = 0; r < R; ++r) {
+    zero_points[r] = _mm256_set1_ps(static_cast<float>(params[r].zero_point));
+    for (int c = 0; c < C; ++c) total[r][c] = _mm256_setzero_ps();
+  }
+  for (int64_t i = 0; i < k; i += kInt4Step) {
+    const int64_t g = i / group_size;
+    __m256i x[R];
+    for (int r = 0; r < R; ++r) {
+      x[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ordered + r * k + i));
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m128i packed =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c * (k / 2) + i / 2));
+      const __m256i both =
+          _mm256_inserti128_si256(_mm256_castsi128_si256(packed), _mm_srli_epi16(packed, 4), 1);
+      const __m256i wv = _mm256_sub_epi8(_mm256_and_si256(both, low_bits), eight);
+      const __m256 scale = _mm256_set1_ps(scales[c * groups + g]);
+      const __m256 w_sum =
+          _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, wv), ones16));
+      for (int r = 0; r < R; ++r) {
+        const __m256i dots = _mm256_madd_epi16(_mm256_maddubs_epi16(x[r], wv), ones16);
+        const __m256 centered = _mm256_fnmadd_ps(zero_points[r], w_sum, _mm256_cvtepi32_ps(dots));
+        total[r][c] = _mm256_fmadd_ps(centered, scale, total[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) totals[r][c] = sum_lanes(total[r][c]);
+  }
+}
+
+using Int4Block = void (*)(const uint8_t*, int64_t, const QuantizedRow*, const uint8_t*,
+                           const float*, int64_t, float (&)[4][4]);
+
+// [rows - 1][channels - 1]: one row by 4 channels, more rows by 2 (a float total per row and
+// channel, the rows' zero points and the unpacked weights in 16 registers).
+constexpr int kInt4Channels[3] = {4, 2, 2};
+constexpr Int4Block kInt4Blocks[3][4] = {
+    {&int4_block<1, 1>, &int4_block<1, 2>, &int4_block<1, 3>, &int4_block<1, 4>},
+    {&int4_block<2, 1>, &int4_block<2, 2>, nullptr, nullptr},
+    {&int4_block<3, 1>, &int4_block<3, 2>, nullptr, nullptr},
+};
+
+void linear_int4(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow* params,
+                 int64_t rows, int64_t k, const uint8_t* weight, const float* weight_scale,
+                 int64_t group_size, const float* bias, float* out, int64_t n_total,
+                 int64_t n_begin, int64_t n_end) {
+  if (rows == 0) return;
+  const int64_t groups = k / group_size;
+  const int64_t row_block = std::min<int64_t>(rows, 3);
+  const int64_t channel_block = kInt4Channels[row_block - 1];
+  float totals[4][4];
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += channel_block) {
+    const int channels = static_cast<int>(std::min<int64_t>(channel_block, n_end - n0));
+    for (int64_t m0 = 0; m0 < rows; m0 += 3) {
+      const int block_rows = static_cast<int>(std::min<int64_t>(3, rows - m0));
+      kInt4Blocks[block_rows - 1][channels - 1](rows_layout + m0 * k, k, params + m0,
+                                                weight + n0 * (k / 2), weight_scale + n0 * groups,
+                                                group_size, totals);
+      for (int r = 0; r < block_rows; ++r) {
+        const QuantizedRow& p = params[m0 + r];
+        for (int c = 0; c < channels; ++c) {
+          const int64_t n = n0 + c;
+          out[(m0 + r) * n_total + n] =
+              p.finite ? p.scale * totals[r][c] + (bias != nullptr ? bias[n] : 0.0f) : kNaN;
+        }
+      }
+    }
+  }
+}
+
+void halves_to_floats(const uint16_t* bits, int64_t count, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + i));
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < count; ++i) out[i] = _cvtsh_ss(bits[i]);
+}
+
+constexpr QuantizedLinearKernels kAvx2 = {
+    cpu::CpuIsa::kAvx2, &quantize_rows, &int8_rows,        &int4_rows,
+    &linear_int8,       &linear_int4,   &halves_to_floats,
+};
+
+}  // namespace
+}  // namespace avx2
+
+const QuantizedLinearKernels* avx2_quantized_linear_kernels() { return &avx2::kAvx2; }
+#else
+const QuantizedLinearKernels* avx2_quantized_linear_kernels() { return nullptr; }
+#endif  // __x86_64__
+
+}  // namespace my_ops::cpu_vec
