@@ -27,6 +27,10 @@ namespace my_ops::cpu_vec {
 namespace avx2 {
 namespace {
 
+// The loops over a block's rows, channels and vectors unrolled whole, so that the accumulator
+// arrays are registers: GCC 12 kept them in memory otherwise, a store per FMA.
+#define MY_OPS_UNROLL _Pragma("GCC unroll 16")
+
 using detail::int8_output;
 using detail::kNaN;
 using detail::round_to_int;
@@ -133,53 +137,63 @@ std::vector<uint8_t> int8_rows(const uint8_t* q, const QuantizedRow* params, int
   return bytes;
 }
 
-// 16 weights of a channel as int16: a whole step, or the last k % 16 with zeros after them (read
-// through a copy, never past the weights' end).
-inline __m256i widen_weights(const int8_t* w, int64_t remaining) {
-  if (remaining >= kInt8Step) {
-    return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
-  }
-  alignas(16) int8_t tail[kInt8Step] = {};
-  std::memcpy(tail, w, static_cast<size_t>(remaining));
-  return _mm256_cvtepi8_epi16(_mm_load_si128(reinterpret_cast<const __m128i*>(tail)));
+// 16 weights of a channel as int16.
+inline __m256i widen_weights(const int8_t* w) {
+  return _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
 }
 
 // sums[r][c] = sum_i centered[r, i] * w[c, i]: R rows by C channels, each weight step widened
-// once for the R rows.
+// once for the R rows. The last k % 16 weights are read through a copy padded with zeros, never
+// past the weights' end (the rows are padded with zeros already).
 template <int R, int C>
 void int8_block(const int16_t* centered, int64_t stride, const int8_t* w, int64_t k,
                 int32_t (&sums)[4][4]) {
   __m256i acc[R][C];
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_si256();
+  MY_OPS_UNROLL for (int r = 0; r < R; ++r) {
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_si256();
   }
-  for (int64_t i = 0; i < k; i += kInt8Step) {
+  const auto step = [&](int64_t i, const int8_t*(&weights)[C]) {
     __m256i x[R];
-    for (int r = 0; r < R; ++r) {
+    MY_OPS_UNROLL for (int r = 0; r < R; ++r) {
       x[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(centered + r * stride + i));
     }
-    for (int c = 0; c < C; ++c) {
-      const __m256i wv = widen_weights(w + c * k + i, k - i);
-      for (int r = 0; r < R; ++r) {
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
+      const __m256i wv = widen_weights(weights[c]);
+      MY_OPS_UNROLL for (int r = 0; r < R; ++r) {
         acc[r][c] = _mm256_add_epi32(acc[r][c], _mm256_madd_epi16(x[r], wv));
       }
     }
+  };
+  int64_t i = 0;
+  for (; i + kInt8Step <= k; i += kInt8Step) {
+    const int8_t* weights[C];
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) weights[c] = w + c * k + i;
+    step(i, weights);
   }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) sums[r][c] = sum_lanes(acc[r][c]);
+  if (i < k) {
+    alignas(16) int8_t tails[C][kInt8Step] = {};
+    const int8_t* weights[C];
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
+      std::memcpy(tails[c], w + c * k + i, static_cast<size_t>(k - i));
+      weights[c] = tails[c];
+    }
+    step(i, weights);
+  }
+  MY_OPS_UNROLL for (int r = 0; r < R; ++r) {
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) sums[r][c] = sum_lanes(acc[r][c]);
   }
 }
 
 using Int8Block = void (*)(const int16_t*, int64_t, const int8_t*, int64_t, int32_t (&)[4][4]);
 
-// [rows - 1][channels - 1]: blocks of up to 4 rows by 3 channels (12 accumulators, the rows and
-// a widened weight in AVX2's 16 registers); one row gets 4 channels, more loads in flight.
-constexpr int kInt8Channels[4] = {4, 3, 3, 3};
+// [rows - 1][channels - 1]: R rows by C channels with R * C accumulators, R rows and a widened
+// weight within AVX2's 16 registers (4 by 2, 3 by 3, 2 by 4, 1 by 4).
+constexpr int kInt8Channels[4] = {4, 4, 3, 2};
 constexpr Int8Block kInt8Blocks[4][4] = {
     {&int8_block<1, 1>, &int8_block<1, 2>, &int8_block<1, 3>, &int8_block<1, 4>},
-    {&int8_block<2, 1>, &int8_block<2, 2>, &int8_block<2, 3>, nullptr},
+    {&int8_block<2, 1>, &int8_block<2, 2>, &int8_block<2, 3>, &int8_block<2, 4>},
     {&int8_block<3, 1>, &int8_block<3, 2>, &int8_block<3, 3>, nullptr},
-    {&int8_block<4, 1>, &int8_block<4, 2>, &int8_block<4, 3>, nullptr},
+    {&int8_block<4, 1>, &int8_block<4, 2>, nullptr, nullptr},
 };
 
 void linear_int8(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow* params,
@@ -197,8 +211,8 @@ void linear_int8(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow*
       const int block_rows = static_cast<int>(std::min<int64_t>(4, rows - m0));
       kInt8Blocks[block_rows - 1][channels - 1](centered + m0 * stride, stride, weight + n0 * k, k,
                                                 sums);
-      for (int r = 0; r < block_rows; ++r) {
-        for (int c = 0; c < channels; ++c) {
+      MY_OPS_UNROLL for (int r = 0; r < block_rows; ++r) {
+        MY_OPS_UNROLL for (int c = 0; c < channels; ++c) {
           const int64_t n = n0 + c;
           out[(m0 + r) * n_total + n] =
               int8_output(params[m0 + r], int64_t{sums[r][c]}, weight_scale[n],
@@ -233,17 +247,17 @@ void int4_block(const uint8_t* ordered, int64_t k, const QuantizedRow* params, c
   const int64_t groups = k / group_size;
   __m256 zero_points[R];
   __m256 total[R][C];
-  for (int r = 0; r < R; ++r) {
+  MY_OPS_UNROLL for (int r = 0; r < R; ++r) {
     zero_points[r] = _mm256_set1_ps(static_cast<float>(params[r].zero_point));
-    for (int c = 0; c < C; ++c) total[r][c] = _mm256_setzero_ps();
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) total[r][c] = _mm256_setzero_ps();
   }
   for (int64_t i = 0; i < k; i += kInt4Step) {
     const int64_t g = i / group_size;
     __m256i x[R];
-    for (int r = 0; r < R; ++r) {
+    MY_OPS_UNROLL for (int r = 0; r < R; ++r) {
       x[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ordered + r * k + i));
     }
-    for (int c = 0; c < C; ++c) {
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
       const __m128i packed =
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + c * (k / 2) + i / 2));
       const __m256i both =
@@ -252,28 +266,28 @@ void int4_block(const uint8_t* ordered, int64_t k, const QuantizedRow* params, c
       const __m256 scale = _mm256_set1_ps(scales[c * groups + g]);
       const __m256 w_sum =
           _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(ones8, wv), ones16));
-      for (int r = 0; r < R; ++r) {
+      MY_OPS_UNROLL for (int r = 0; r < R; ++r) {
         const __m256i dots = _mm256_madd_epi16(_mm256_maddubs_epi16(x[r], wv), ones16);
         const __m256 centered = _mm256_fnmadd_ps(zero_points[r], w_sum, _mm256_cvtepi32_ps(dots));
         total[r][c] = _mm256_fmadd_ps(centered, scale, total[r][c]);
       }
     }
   }
-  for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) totals[r][c] = sum_lanes(total[r][c]);
+  MY_OPS_UNROLL for (int r = 0; r < R; ++r) {
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) totals[r][c] = sum_lanes(total[r][c]);
   }
 }
 
 using Int4Block = void (*)(const uint8_t*, int64_t, const QuantizedRow*, const uint8_t*,
                            const float*, int64_t, float (&)[4][4]);
 
-// [rows - 1][channels - 1]: one row by 4 channels, more rows by 2 (a float total per row and
+// [rows - 1][channels - 1]: one row by 4 channels, two by 2 (a float total per row and
 // channel, the rows' zero points and the unpacked weights in 16 registers).
-constexpr int kInt4Channels[3] = {4, 2, 2};
-constexpr Int4Block kInt4Blocks[3][4] = {
+constexpr int kInt4Rows = 2;
+constexpr int kInt4Channels[kInt4Rows] = {4, 2};
+constexpr Int4Block kInt4Blocks[kInt4Rows][4] = {
     {&int4_block<1, 1>, &int4_block<1, 2>, &int4_block<1, 3>, &int4_block<1, 4>},
     {&int4_block<2, 1>, &int4_block<2, 2>, nullptr, nullptr},
-    {&int4_block<3, 1>, &int4_block<3, 2>, nullptr, nullptr},
 };
 
 void linear_int4(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow* params,
@@ -282,19 +296,19 @@ void linear_int4(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow*
                  int64_t n_begin, int64_t n_end) {
   if (rows == 0) return;
   const int64_t groups = k / group_size;
-  const int64_t row_block = std::min<int64_t>(rows, 3);
+  const int64_t row_block = std::min<int64_t>(rows, kInt4Rows);
   const int64_t channel_block = kInt4Channels[row_block - 1];
   float totals[4][4];
   for (int64_t n0 = n_begin; n0 < n_end; n0 += channel_block) {
     const int channels = static_cast<int>(std::min<int64_t>(channel_block, n_end - n0));
-    for (int64_t m0 = 0; m0 < rows; m0 += 3) {
-      const int block_rows = static_cast<int>(std::min<int64_t>(3, rows - m0));
+    for (int64_t m0 = 0; m0 < rows; m0 += kInt4Rows) {
+      const int block_rows = static_cast<int>(std::min<int64_t>(kInt4Rows, rows - m0));
       kInt4Blocks[block_rows - 1][channels - 1](rows_layout + m0 * k, k, params + m0,
                                                 weight + n0 * (k / 2), weight_scale + n0 * groups,
                                                 group_size, totals);
-      for (int r = 0; r < block_rows; ++r) {
+      MY_OPS_UNROLL for (int r = 0; r < block_rows; ++r) {
         const QuantizedRow& p = params[m0 + r];
-        for (int c = 0; c < channels; ++c) {
+        MY_OPS_UNROLL for (int c = 0; c < channels; ++c) {
           const int64_t n = n0 + c;
           out[(m0 + r) * n_total + n] =
               p.finite ? p.scale * totals[r][c] + (bias != nullptr ? bias[n] : 0.0f) : kNaN;
