@@ -14,9 +14,11 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "ops/quantized_linear/cpu_common.h"
@@ -123,15 +125,33 @@ constexpr int64_t kInt8Step = 16;
 
 int64_t padded_k(int64_t k) { return (k + kInt8Step - 1) / kInt8Step * kInt8Step; }
 
+// From this many rows the products run on tiles of 8 rows (int8_tile_block), below it on rows
+// (int8_block).
+constexpr int64_t kMinTileRows = 8;
+constexpr int kTileRows = 8;
+
+// linear_int8's rows, (q - zero) as int16. Below kMinTileRows, row by row, each row padded with
+// zeros to a multiple of 16. From it, in tiles of 8 rows: tile t, pair p (in_features 2p and
+// 2p + 1) at int16 [(t * pairs + p) * 16 + 2 * l, + 2) for its row l, zeros past the last row and
+// the last in_feature: one load gives 8 rows' pairs, for vpmaddwd against one channel's pair.
 std::vector<uint8_t> int8_rows(const uint8_t* q, const QuantizedRow* params, int64_t rows,
                                int64_t k) {
-  const int64_t stride = padded_k(k);
-  std::vector<uint8_t> bytes(static_cast<size_t>(rows * stride) * sizeof(int16_t), 0);
+  const bool tiled = rows >= kMinTileRows;
+  const int64_t stride = tiled ? (k + 1) / 2 * 2 : padded_k(k);
+  const int64_t padded_rows = tiled ? (rows + kTileRows - 1) / kTileRows * kTileRows : rows;
+  std::vector<uint8_t> bytes(static_cast<size_t>(padded_rows * stride) * sizeof(int16_t), 0);
   int16_t* centered = reinterpret_cast<int16_t*>(bytes.data());
+  const int64_t pairs = stride / 2;
   for (int64_t m = 0; m < rows; ++m) {
     const int16_t zero = static_cast<int16_t>(params[m].zero_point);
     for (int64_t i = 0; i < k; ++i) {
-      centered[m * stride + i] = static_cast<int16_t>(int16_t{q[m * k + i]} - zero);
+      const int16_t value = static_cast<int16_t>(int16_t{q[m * k + i]} - zero);
+      if (tiled) {
+        const int64_t t = m / kTileRows, l = m % kTileRows;
+        centered[((t * pairs + i / 2) * kTileRows + l) * 2 + i % 2] = value;
+      } else {
+        centered[m * stride + i] = value;
+      }
     }
   }
   return bytes;
@@ -196,11 +216,104 @@ constexpr Int8Block kInt8Blocks[4][4] = {
     {&int8_block<4, 1>, &int8_block<4, 2>, nullptr, nullptr},
 };
 
+// The products on tiles of 8 rows: vpmaddwd of a tile's pair of in_features (8 rows in the
+// lanes) by one channel's pair broadcast to every lane, so that no sum is reduced across lanes and
+// each weight pair serves 8 rows. The weights are widened to int16 a block of channels at a
+// time, once per call (w16: [channels][pairs * 2]). T tiles by C channels: 12 accumulators, the
+// tiles and a broadcast in 16 registers.
+constexpr int kTilesAtOnce = 2;
+constexpr int kTileChannels = 6;
+
+template <int T, int C>
+void int8_tile_block(const int16_t* tiles, int64_t tile_stride, const int16_t* w16, int64_t pairs,
+                     __m256i (&dots)[kTilesAtOnce][kTileChannels]) {
+  __m256i acc[T][C];
+  MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) acc[t][c] = _mm256_setzero_si256();
+  }
+  for (int64_t p = 0; p < pairs; ++p) {
+    __m256i x[T];
+    MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+      x[t] = _mm256_loadu_si256(
+          reinterpret_cast<const __m256i*>(tiles + t * tile_stride + p * 2 * kTileRows));
+    }
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
+      int32_t pair;
+      std::memcpy(&pair, w16 + c * pairs * 2 + p * 2, sizeof(pair));
+      const __m256i wv = _mm256_set1_epi32(pair);
+      MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+        acc[t][c] = _mm256_add_epi32(acc[t][c], _mm256_madd_epi16(x[t], wv));
+      }
+    }
+  }
+  MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) dots[t][c] = acc[t][c];
+  }
+}
+
+using Int8TileBlock = void (*)(const int16_t*, int64_t, const int16_t*, int64_t,
+                               __m256i (&)[kTilesAtOnce][kTileChannels]);
+
+template <int T, size_t... C>
+constexpr std::array<Int8TileBlock, sizeof...(C)> tile_blocks_of(std::index_sequence<C...>) {
+  return {&int8_tile_block<T, static_cast<int>(C) + 1>...};
+}
+
+constexpr std::array<std::array<Int8TileBlock, kTileChannels>, kTilesAtOnce> kInt8TileBlocks = {
+    tile_blocks_of<1>(std::make_index_sequence<kTileChannels>()),
+    tile_blocks_of<2>(std::make_index_sequence<kTileChannels>())};
+
+void linear_int8_tiles(const int16_t* tiles, const QuantizedRow* params, int64_t rows, int64_t k,
+                       const int8_t* weight, const float* weight_scale, const float* bias,
+                       float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
+  const int64_t pairs = (k + 1) / 2;
+  const int64_t tile_stride = pairs * 2 * kTileRows;
+  const int64_t tile_count = (rows + kTileRows - 1) / kTileRows;
+  std::vector<int16_t> w16(static_cast<size_t>(kTileChannels * pairs * 2), 0);
+  __m256i dots[kTilesAtOnce][kTileChannels];
+  alignas(32) int32_t lanes[kTileRows];
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += kTileChannels) {
+    const int channels = static_cast<int>(std::min<int64_t>(kTileChannels, n_end - n0));
+    for (int c = 0; c < channels; ++c) {
+      const int8_t* w = weight + (n0 + c) * k;
+      int16_t* dst = w16.data() + c * pairs * 2;
+      int64_t i = 0;
+      for (; i + 16 <= k; i += 16) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), widen_weights(w + i));
+      }
+      for (; i < k; ++i) dst[i] = w[i];
+    }
+    for (int64_t t0 = 0; t0 < tile_count; t0 += kTilesAtOnce) {
+      const int at_once = static_cast<int>(std::min<int64_t>(kTilesAtOnce, tile_count - t0));
+      kInt8TileBlocks[at_once - 1][channels - 1](tiles + t0 * tile_stride, tile_stride, w16.data(),
+                                                 pairs, dots);
+      for (int t = 0; t < at_once; ++t) {
+        const int64_t m0 = (t0 + t) * kTileRows;
+        const int present = static_cast<int>(std::min<int64_t>(kTileRows, rows - m0));
+        for (int c = 0; c < channels; ++c) {
+          const int64_t n = n0 + c;
+          _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), dots[t][c]);
+          for (int l = 0; l < present; ++l) {
+            out[(m0 + l) * n_total + n] =
+                int8_output(params[m0 + l], int64_t{lanes[l]}, weight_scale[n],
+                            bias != nullptr ? bias[n] : 0.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
 void linear_int8(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow* params,
                  int64_t rows, int64_t k, const int8_t* weight, const float* weight_scale,
                  const float* bias, float* out, int64_t n_total, int64_t n_begin, int64_t n_end) {
   if (rows == 0) return;
   const int16_t* centered = reinterpret_cast<const int16_t*>(rows_layout);
+  if (rows >= kMinTileRows) {
+    linear_int8_tiles(centered, params, rows, k, weight, weight_scale, bias, out, n_total, n_begin,
+                      n_end);
+    return;
+  }
   const int64_t stride = padded_k(k);
   const int64_t row_block = std::min<int64_t>(rows, 4);
   const int64_t channel_block = kInt8Channels[row_block - 1];
