@@ -341,9 +341,111 @@ void linear_int8(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow*
 // odd k) with its last 16. k is a multiple of 32 (group sizes are).
 constexpr int64_t kInt4Step = 32;
 
-std::vector<uint8_t> int4_rows(const uint8_t* q, const QuantizedRow*, int64_t rows, int64_t k,
-                               int64_t) {
+// From kMinTileRows rows, int8's tiles of centered rows (k is even); below, the steps' order.
+std::vector<uint8_t> int4_rows(const uint8_t* q, const QuantizedRow* params, int64_t rows,
+                               int64_t k, int64_t) {
+  if (rows >= kMinTileRows) return int8_rows(q, params, rows, k);
   return detail::int4_step_order<kInt4Step>(q, rows, k, 0);
+}
+
+// linear_int4 on tiles of 8 rows, as int8's: the weights unpacked to int16 a block of channels
+// at a time, each group's exact int32 lanes scaled into float totals as the group ends. T tiles
+// by C channels: 6 int32 sums and 6 float totals, the tiles and a broadcast in 16 registers.
+constexpr int kInt4TileChannels = 3;
+
+template <int T, int C>
+void int4_tile_block(const int16_t* tiles, int64_t tile_stride, const int16_t* w16, int64_t pairs,
+                     const float* scales, int64_t groups, int64_t group_pairs,
+                     __m256 (&totals)[kTilesAtOnce][kInt4TileChannels]) {
+  __m256 total[T][C];
+  MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) total[t][c] = _mm256_setzero_ps();
+  }
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i acc[T][C];
+    MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+      MY_OPS_UNROLL for (int c = 0; c < C; ++c) acc[t][c] = _mm256_setzero_si256();
+    }
+    for (int64_t p = g * group_pairs; p < (g + 1) * group_pairs; ++p) {
+      __m256i x[T];
+      MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+        x[t] = _mm256_loadu_si256(
+            reinterpret_cast<const __m256i*>(tiles + t * tile_stride + p * 2 * kTileRows));
+      }
+      MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
+        int32_t pair;
+        std::memcpy(&pair, w16 + c * pairs * 2 + p * 2, sizeof(pair));
+        const __m256i wv = _mm256_set1_epi32(pair);
+        MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+          acc[t][c] = _mm256_add_epi32(acc[t][c], _mm256_madd_epi16(x[t], wv));
+        }
+      }
+    }
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
+      const __m256 scale = _mm256_set1_ps(scales[c * groups + g]);
+      MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+        total[t][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t][c]), scale, total[t][c]);
+      }
+    }
+  }
+  MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) totals[t][c] = total[t][c];
+  }
+}
+
+using Int4TileBlock = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const float*,
+                               int64_t, int64_t, __m256 (&)[kTilesAtOnce][kInt4TileChannels]);
+
+template <int T, size_t... C>
+constexpr std::array<Int4TileBlock, sizeof...(C)> int4_tile_blocks_of(std::index_sequence<C...>) {
+  return {&int4_tile_block<T, static_cast<int>(C) + 1>...};
+}
+
+constexpr std::array<std::array<Int4TileBlock, kInt4TileChannels>, kTilesAtOnce> kInt4TileBlocks = {
+    int4_tile_blocks_of<1>(std::make_index_sequence<kInt4TileChannels>()),
+    int4_tile_blocks_of<2>(std::make_index_sequence<kInt4TileChannels>())};
+
+void linear_int4_tiles(const int16_t* tiles, const QuantizedRow* params, int64_t rows, int64_t k,
+                       const uint8_t* weight, const float* weight_scale, int64_t group_size,
+                       const float* bias, float* out, int64_t n_total, int64_t n_begin,
+                       int64_t n_end) {
+  const int64_t pairs = k / 2;
+  const int64_t groups = k / group_size;
+  const int64_t tile_stride = pairs * 2 * kTileRows;
+  const int64_t tile_count = (rows + kTileRows - 1) / kTileRows;
+  std::vector<int16_t> w16(static_cast<size_t>(kInt4TileChannels * k));
+  __m256 totals[kTilesAtOnce][kInt4TileChannels];
+  alignas(32) float lanes[kTileRows];
+  for (int64_t n0 = n_begin; n0 < n_end; n0 += kInt4TileChannels) {
+    const int channels = static_cast<int>(std::min<int64_t>(kInt4TileChannels, n_end - n0));
+    for (int c = 0; c < channels; ++c) {
+      const uint8_t* packed = weight + (n0 + c) * (k / 2);
+      int16_t* dst = w16.data() + c * k;
+      for (int64_t j = 0; j < k / 2; ++j) {
+        dst[2 * j] = static_cast<int16_t>((packed[j] & 15) - 8);
+        dst[2 * j + 1] = static_cast<int16_t>((packed[j] >> 4) - 8);
+      }
+    }
+    for (int64_t t0 = 0; t0 < tile_count; t0 += kTilesAtOnce) {
+      const int at_once = static_cast<int>(std::min<int64_t>(kTilesAtOnce, tile_count - t0));
+      kInt4TileBlocks[at_once - 1][channels - 1](tiles + t0 * tile_stride, tile_stride, w16.data(),
+                                                 pairs, weight_scale + n0 * groups, groups,
+                                                 group_size / 2, totals);
+      for (int t = 0; t < at_once; ++t) {
+        const int64_t m0 = (t0 + t) * kTileRows;
+        const int present = static_cast<int>(std::min<int64_t>(kTileRows, rows - m0));
+        for (int c = 0; c < channels; ++c) {
+          const int64_t n = n0 + c;
+          const float b = bias != nullptr ? bias[n] : 0.0f;
+          _mm256_store_ps(lanes, totals[t][c]);
+          for (int l = 0; l < present; ++l) {
+            const QuantizedRow& p = params[m0 + l];
+            out[(m0 + l) * n_total + n] = p.finite ? p.scale * lanes[l] + b : kNaN;
+          }
+        }
+      }
+    }
+  }
 }
 
 // totals[r][c] = sum_g scale[c, g] * sum_{k in g} (q[r, k] - zero[r]) * w[c, k]. Each step's
@@ -408,6 +510,11 @@ void linear_int4(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow*
                  int64_t group_size, const float* bias, float* out, int64_t n_total,
                  int64_t n_begin, int64_t n_end) {
   if (rows == 0) return;
+  if (rows >= kMinTileRows) {
+    linear_int4_tiles(reinterpret_cast<const int16_t*>(rows_layout), params, rows, k, weight,
+                      weight_scale, group_size, bias, out, n_total, n_begin, n_end);
+    return;
+  }
   const int64_t groups = k / group_size;
   const int64_t row_block = std::min<int64_t>(rows, kInt4Rows);
   const int64_t channel_block = kInt4Channels[row_block - 1];
