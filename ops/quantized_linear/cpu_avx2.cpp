@@ -224,14 +224,17 @@ constexpr Int8Block kInt8Blocks[4][4] = {
 constexpr int kTilesAtOnce = 2;
 constexpr int kTileChannels = 6;
 
+// acc[t][c] = sum over the in_feature pairs [first, last) of tile t's rows (8 in the lanes) by
+// channel c's pair, broadcast: each weight pair serves 8 rows, and no sum is reduced across lanes.
 template <int T, int C>
-void int8_tile_block(const int16_t* tiles, int64_t tile_stride, const int16_t* w16, int64_t pairs,
-                     __m256i (&dots)[kTilesAtOnce][kTileChannels]) {
-  __m256i acc[T][C];
+inline __attribute__((always_inline)) void tile_pair_sums(const int16_t* tiles, int64_t tile_stride,
+                                                          const int16_t* w16, int64_t pairs,
+                                                          int64_t first, int64_t last,
+                                                          __m256i (&acc)[T][C]) {
   MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
     MY_OPS_UNROLL for (int c = 0; c < C; ++c) acc[t][c] = _mm256_setzero_si256();
   }
-  for (int64_t p = 0; p < pairs; ++p) {
+  for (int64_t p = first; p < last; ++p) {
     __m256i x[T];
     MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
       x[t] = _mm256_loadu_si256(
@@ -246,6 +249,13 @@ void int8_tile_block(const int16_t* tiles, int64_t tile_stride, const int16_t* w
       }
     }
   }
+}
+
+template <int T, int C>
+void int8_tile_block(const int16_t* tiles, int64_t tile_stride, const int16_t* w16, int64_t pairs,
+                     __m256i (&dots)[kTilesAtOnce][kTileChannels]) {
+  __m256i acc[T][C];
+  tile_pair_sums<T, C>(tiles, tile_stride, w16, pairs, 0, pairs, acc);
   MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
     MY_OPS_UNROLL for (int c = 0; c < C; ++c) dots[t][c] = acc[t][c];
   }
@@ -363,24 +373,8 @@ void int4_tile_block(const int16_t* tiles, int64_t tile_stride, const int16_t* w
   }
   for (int64_t g = 0; g < groups; ++g) {
     __m256i acc[T][C];
-    MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
-      MY_OPS_UNROLL for (int c = 0; c < C; ++c) acc[t][c] = _mm256_setzero_si256();
-    }
-    for (int64_t p = g * group_pairs; p < (g + 1) * group_pairs; ++p) {
-      __m256i x[T];
-      MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
-        x[t] = _mm256_loadu_si256(
-            reinterpret_cast<const __m256i*>(tiles + t * tile_stride + p * 2 * kTileRows));
-      }
-      MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
-        int32_t pair;
-        std::memcpy(&pair, w16 + c * pairs * 2 + p * 2, sizeof(pair));
-        const __m256i wv = _mm256_set1_epi32(pair);
-        MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
-          acc[t][c] = _mm256_add_epi32(acc[t][c], _mm256_madd_epi16(x[t], wv));
-        }
-      }
-    }
+    tile_pair_sums<T, C>(tiles, tile_stride, w16, pairs, g * group_pairs, (g + 1) * group_pairs,
+                         acc);
     MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
       const __m256 scale = _mm256_set1_ps(scales[c * groups + g]);
       MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
