@@ -84,12 +84,6 @@ constexpr CpuIsa kTiers[] = {CpuIsa::kScalar};
 std::vector<CpuIsa> probe() { return {CpuIsa::kScalar}; }
 #endif
 
-std::string names(const std::vector<CpuIsa>& tiers) {
-  std::string out;
-  for (CpuIsa isa : tiers) out += (out.empty() ? "" : ", ") + std::string(cpu_isa_name(isa));
-  return out;
-}
-
 struct Resolved {
   CpuIsa isa;
   std::string error;
@@ -105,10 +99,10 @@ Resolved resolve() {
     if (wanted != cpu_isa_name(isa)) continue;
     if (cpu_has_isa(isa)) return {isa, ""};
     return {have.back(), std::string(kCpuIsaEnv) + "=" + wanted +
-                             ": this CPU lacks that tier (it has " + names(have) + ")"};
+                             ": this CPU lacks that tier (it has " + cpu_isa_names(have) + ")"};
   }
   return {have.back(), std::string(kCpuIsaEnv) + "=" + wanted + ": unknown tier (tiers on this " +
-                           "architecture: " + names(known) + ")"};
+                           "architecture: " + cpu_isa_names(known) + ")"};
 }
 
 const Resolved& resolved() {
@@ -138,6 +132,12 @@ const char* cpu_isa_name(CpuIsa isa) {
       return "neon_i8mm";
   }
   return "unknown";
+}
+
+std::string cpu_isa_names(const std::vector<CpuIsa>& tiers, const char* separator) {
+  std::string out;
+  for (CpuIsa isa : tiers) out += (out.empty() ? "" : separator) + std::string(cpu_isa_name(isa));
+  return out;
 }
 
 const std::vector<CpuIsa>& available_cpu_isas() {
@@ -178,13 +178,8 @@ __attribute__((visibility("default"))) const char* my_ops_cpu_isa_error() {
 }
 
 __attribute__((visibility("default"))) const char* my_ops_cpu_isas() {
-  static const std::string list = [] {
-    std::string out;
-    for (my_ops::cpu::CpuIsa isa : my_ops::cpu::available_cpu_isas()) {
-      out += (out.empty() ? "" : ",") + std::string(my_ops::cpu::cpu_isa_name(isa));
-    }
-    return out;
-  }();
+  static const std::string list =
+      my_ops::cpu::cpu_isa_names(my_ops::cpu::available_cpu_isas(), ",");
   return list.c_str();
 }
 }

@@ -41,6 +41,9 @@ inline constexpr const char* kCpuIsaEnv = "MY_OPS_CPU_ISA";
 // "scalar", "avx2", ...: the names the cap takes.
 const char* cpu_isa_name(CpuIsa isa);
 
+// The tiers' names joined by `separator`: "scalar, avx2".
+std::string cpu_isa_names(const std::vector<CpuIsa>& tiers, const char* separator = ", ");
+
 // The tiers this CPU has, lowest first (scalar is always one).
 const std::vector<CpuIsa>& available_cpu_isas();
 

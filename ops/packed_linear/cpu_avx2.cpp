@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "ops/common/cpu_unroll.h"
 #include "ops/packed_linear/cpu_blocks.h"
 #include "ops/packed_linear/cpu_vec.h"
 #include "ops/packed_linear/panel.h"
@@ -15,10 +16,6 @@
 namespace my_ops::cpu_vec {
 #if defined(__x86_64__)
 namespace {
-
-// The loops over a block's rows, channels and vectors unrolled whole, so that the accumulator
-// arrays are registers: GCC 12 kept them in memory otherwise, a store per FMA.
-#define MY_OPS_UNROLL _Pragma("GCC unroll 16")
 
 // Rows per block: 3 rows by 4 vectors is 12 accumulators and 3 broadcasts of AVX2's 16
 // registers, the weights read by the FMAs from memory (cache).

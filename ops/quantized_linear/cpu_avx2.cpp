@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/common/cpu_unroll.h"
 #include "ops/quantized_linear/cpu_common.h"
 #include "ops/quantized_linear/cpu_vec.h"
 
@@ -29,10 +30,7 @@ namespace my_ops::cpu_vec {
 namespace avx2 {
 namespace {
 
-// The loops over a block's rows, channels and vectors unrolled whole, so that the accumulator
-// arrays are registers: GCC 12 kept them in memory otherwise, a store per FMA.
-#define MY_OPS_UNROLL _Pragma("GCC unroll 16")
-
+using detail::int4_output;
 using detail::int8_output;
 using detail::kNaN;
 using detail::round_to_int;
@@ -434,7 +432,7 @@ void linear_int4_tiles(const int16_t* tiles, const QuantizedRow* params, int64_t
           _mm256_store_ps(lanes, totals[t][c]);
           for (int l = 0; l < present; ++l) {
             const QuantizedRow& p = params[m0 + l];
-            out[(m0 + l) * n_total + n] = p.finite ? p.scale * lanes[l] + b : kNaN;
+            out[(m0 + l) * n_total + n] = int4_output(p, lanes[l], b);
           }
         }
       }
@@ -525,7 +523,7 @@ void linear_int4(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow*
         MY_OPS_UNROLL for (int c = 0; c < channels; ++c) {
           const int64_t n = n0 + c;
           out[(m0 + r) * n_total + n] =
-              p.finite ? p.scale * totals[r][c] + (bias != nullptr ? bias[n] : 0.0f) : kNaN;
+              int4_output(p, totals[r][c], bias != nullptr ? bias[n] : 0.0f);
         }
       }
     }

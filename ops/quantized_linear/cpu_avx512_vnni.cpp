@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/common/cpu_unroll.h"
 #include "ops/quantized_linear/cpu_avx512_tiles.h"
 #include "ops/quantized_linear/cpu_common.h"
 #include "ops/quantized_linear/cpu_vec.h"
@@ -21,6 +22,7 @@ namespace my_ops::cpu_vec {
 namespace avx512 {
 namespace {
 
+using detail::int4_output;
 using detail::int8_output;
 using detail::kNaN;
 using detail::row_scale;
@@ -218,7 +220,7 @@ void linear_int4_vnni(const uint8_t* ordered, const QuantizedRow* params, int64_
         for (int c = 0; c < channels; ++c) {
           const int64_t n = n0 + c;
           out[(m0 + r) * n_total + n] =
-              p.finite ? p.scale * totals[r][c] + (bias != nullptr ? bias[n] : 0.0f) : kNaN;
+              int4_output(p, totals[r][c], bias != nullptr ? bias[n] : 0.0f);
         }
       }
     }
@@ -255,11 +257,6 @@ struct ChannelBlock {
   const uint8_t* next = nullptr;
   int64_t next_bytes = 0;
 };
-
-// The loops over a block's tiles and channels, unrolled whole, so that its accumulators are
-// registers: GCC 12 at -O2 keeps an array indexed in a loop it has not unrolled in memory, and
-// did, which halved the blocks' speed.
-#define MY_OPS_UNROLL _Pragma("GCC unroll 32")
 
 // acc += the four-byte dot products of x (unsigned) and w (signed), lane by lane. In assembly,
 // which ties the accumulator to its register: with _mm512_dpbusd_epi32 GCC 12 copied each

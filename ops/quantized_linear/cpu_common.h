@@ -45,6 +45,12 @@ inline float int8_output(const QuantizedRow& p, int32_t q_dot_w, int64_t w_sum, 
   return int8_output(p, int64_t{q_dot_w} - int64_t{p.zero_point} * w_sum, w_scale, b);
 }
 
+// out[m, n] of linear_int4 from one row and channel's total, sum_g scale[n, g] * sum_{k in g}
+// (q - zero) * w.
+inline float int4_output(const QuantizedRow& p, float total, float b) {
+  return p.finite ? p.scale * total + b : kNaN;
+}
+
 // q's rows in the int4 kernels' step order: in each step of kStep in_features (kStep / 2 weight
 // bytes), the even k (the bytes' low four bits) first, then the odd k (their high four bits); each
 // byte XORed with `flip` (0x80: q - 128 as a signed byte), a last partial step padded with zeros.

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <vector>
 
+#include "ops/common/cpu_unroll.h"
 #include "ops/quantized_linear/cpu_common.h"
 #include "ops/quantized_linear/cpu_vec.h"
 
@@ -21,12 +22,9 @@ namespace my_ops::cpu_vec {
 namespace neon_dot {
 namespace {
 
-// The loops over a block's rows, channels and vectors unrolled whole, so that the accumulator
-// arrays are registers: GCC 12 kept them in memory otherwise, a store per FMA.
-#define MY_OPS_UNROLL _Pragma("GCC unroll 16")
-
 #define MY_OPS_DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 
+using detail::int4_output;
 using detail::int8_output;
 using detail::kNaN;
 
@@ -214,7 +212,7 @@ void linear_int4(const uint8_t*, const uint8_t* rows_layout, const QuantizedRow*
         MY_OPS_UNROLL for (int c = 0; c < channels; ++c) {
           const int64_t n = n0 + c;
           out[(m0 + r) * n_total + n] =
-              p.finite ? p.scale * totals[r][c] + (bias != nullptr ? bias[n] : 0.0f) : kNaN;
+              int4_output(p, totals[r][c], bias != nullptr ? bias[n] : 0.0f);
         }
       }
     }
