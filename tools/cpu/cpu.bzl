@@ -26,7 +26,15 @@ CPU_TIERS = {
 }
 
 def host_tiers(arch, cpuinfo):
-    """The tiers of `arch` whose flags /proc/cpuinfo's text lists, lowest first."""
+    """The tiers of `arch` whose flags /proc/cpuinfo's text lists.
+
+    Args:
+      arch: "x86_64" or "aarch64"; any other has the scalar tier alone.
+      cpuinfo: the text of /proc/cpuinfo.
+
+    Returns:
+      The tier names, lowest first, up to the first whose flags are missing.
+    """
     flags = {}
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
