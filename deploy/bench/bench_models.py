@@ -88,6 +88,24 @@ def _real(var: str) -> str:
     return os.path.realpath(path)
 
 
+CPUID_CAP_ENV = "MY_OPS_CPUID_CAP"
+
+
+def _rerun_with_cpuid_capped(tier: str) -> None:
+    """Runs this bench again with every library in it and its children seeing a CPU of `tier`
+    (libcpuid_cap.so hides the CPUID features above it), unless it already does: ONNX Runtime,
+    XNNPACK, oneDNN and the compiler's -march=native have no cap of their own. x86-64 only."""
+    if os.environ.get(CPUID_CAP_ENV) == tier or os.uname().machine != "x86_64":
+        return
+    preload = [_real("MY_OPS_CPUID_CAP_LIBRARY"), os.environ.get("LD_PRELOAD", "")]
+    os.environ.update(
+        {CPUID_CAP_ENV: tier, "LD_PRELOAD": ":".join(p for p in preload if p)},
+        PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+    )
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "deploy.bench.bench_models", *sys.argv[1:]])
+
+
 class Worker:
     """A model_worker process: loads once, answers requests in rounds."""
 
@@ -539,10 +557,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--cpu-isa",
         metavar="TIER",
-        help="run our kernels at this tier (MY_OPS_CPU_ISA), and Inductor's package and eager "
-        "PyTorch with torch's own caps at it (my_ops.cpu_isa_environment), and with --generate "
-        "llama.cpp built for it (avx2; other tiers: for this CPU); ONNX Runtime and ExecuTorch "
-        "have no such switch and run at the CPU's own tier (default: the CPU's highest)",
+        help="run our kernels at this tier (MY_OPS_CPU_ISA) and, on x86-64, every other runner "
+        "on a CPU that looks like one of it (CPUID's features above it hidden: "
+        "tools/cpu/cpuid_cap.c), and with --generate llama.cpp built for it (avx2; other "
+        "tiers: for this CPU) (default: the CPU's highest)",
     )
     p.add_argument("--no-check", action="store_true", help="exit 0 even when a target is missed")
     args = p.parse_args(argv)
@@ -590,11 +608,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.cpu_isa not in have:
             p.error(f"--cpu-isa: this CPU has {', '.join(have)}, not {args.cpu_isa!r}")
         os.environ.update(my_ops.cpu_isa_environment(args.cpu_isa))
+        if args.cpu_isa != have[-1]:
+            _rerun_with_cpuid_capped(args.cpu_isa)
     tier = args.cpu_isa or have[-1]
+    capped = os.environ.get(CPUID_CAP_ENV) == tier
     print(
-        f"kernel tier: ours {tier}"
-        + (f", Inductor and eager capped at {tier}" if args.cpu_isa else "")
-        + f"; ONNX Runtime and ExecuTorch at this CPU's own ({have[-1]}); llama.cpp built for "
+        f"kernel tier: ours {tier}; "
+        + (
+            f"every runner (Inductor's compiler, eager PyTorch, ONNX Runtime, ExecuTorch) sees "
+            f"a {tier} CPU: CPUID capped"
+            if capped
+            else f"ONNX Runtime and ExecuTorch at this CPU's own ({have[-1]})"
+        )
+        + "; llama.cpp built for "
         + (args.cpu_isa if args.cpu_isa in models_generate.LLAMA_CPP_TIER_FLAGS else "this CPU"),
         flush=True,
     )

@@ -86,6 +86,11 @@ def toolchain_parts(
     }
     if isa == "native":
         parts["host_cpu"] = _host_cpu()
+        # Caps under which the compiler's -march=native (CPUID hidden by libcpuid_cap.so) or
+        # Inductor's vector code see a lower tier than /proc/cpuinfo lists.
+        for cap in ("MY_OPS_CPUID_CAP", "ATEN_CPU_CAPABILITY"):
+            if os.environ.get(cap):
+                parts[cap] = os.environ[cap]
     if device == "cuda":
         home = os.environ.get("CUDA_HOME", "")
         nvcc = os.path.join(home, "bin", "nvcc")

@@ -244,3 +244,27 @@ def test_bytecode_goes_to_the_cache_unless_torch_has_its_own(monkeypatch, tmp_pa
         inside = sys.dont_write_bytecode, sys.pycache_prefix
     assert inside == ((True, None) if with_bytecode else (False, str(tmp_path / "cache")))
     assert (sys.dont_write_bytecode, sys.pycache_prefix) == (True, None)
+
+
+@pytest.mark.parametrize("cap", ["MY_OPS_CPUID_CAP", "ATEN_CPU_CAPABILITY"])
+def test_a_native_key_follows_a_cap_on_the_cpu(monkeypatch, tmp_path, cap):
+    # Under a cap, -march=native and Inductor's vector code see a lower tier than
+    # /proc/cpuinfo lists: a package compiled without it must not be a hit with it.
+    from deploy.exporter.cache_key import toolchain_parts
+
+    library = tmp_path / "libmy_ops.so"
+    library.write_bytes(b"not a library")
+    monkeypatch.delenv("MY_OPS_CPUID_CAP", raising=False)
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+
+    def key(isa):
+        parts = toolchain_parts(
+            device="cpu", isa=isa, target="linux-x86_64", op_library=str(library), cross=None
+        )
+        return digest(parts)
+
+    keys = [key("native")]
+    for tier in ("avx2", "avx512"):
+        monkeypatch.setenv(cap, tier)
+        keys.append(key("native"))
+    assert len(set(keys)) == 3
