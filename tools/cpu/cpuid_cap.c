@@ -145,6 +145,23 @@ int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
   return 0;
 }
 
+// glibc's signal() sets the handler without going through sigaction's symbol: the same here.
+// (GCC's cc1plus sets its crash handler so, and GMP then runs CPUID on first use.)
+sighandler_t signal(int sig, sighandler_t handler) {
+  if (sig != SIGSEGV || !capping) {
+    sighandler_t (*libc_signal)(int, sighandler_t) =
+        (sighandler_t(*)(int, sighandler_t))dlsym(RTLD_NEXT, "signal");
+    return libc_signal(sig, handler);
+  }
+  struct sigaction act, old;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = handler;
+  act.sa_flags = SA_RESTART;
+  sigemptyset(&act.sa_mask);
+  sigaction(sig, &act, &old);
+  return old.sa_handler;
+}
+
 static void die(const char* what) {
   fprintf(stderr, "libcpuid_cap: %s\n", what);
   _exit(2);

@@ -1,6 +1,7 @@
 // Prints, one per line, "<flag> 0|1" for the CPUID feature bits that define the x86-64 kernel
 // tiers (named as /proc/cpuinfo names them), twice: before and after the program installs a
-// SIGSEGV handler of its own; then whether a real fault still reaches that handler.
+// SIGSEGV handler of its own through sigaction(), then through signal(); after each, whether a
+// real fault still reaches that handler.
 #include <cpuid.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -11,6 +12,15 @@ static sigjmp_buf recover;
 static void on_fault(int sig) {
   (void)sig;
   siglongjmp(recover, 1);
+}
+
+static void fault(void) {
+  if (sigsetjmp(recover, 1) == 0) {
+    *(volatile int*)0 = 1;
+    puts("fault not raised");
+  } else {
+    puts("fault reached the program's handler");
+  }
 }
 
 static void print_flags(const char* when) {
@@ -38,11 +48,10 @@ int main(void) {
   act.sa_handler = on_fault;
   sigaction(SIGSEGV, &act, NULL);
   print_flags("own-handler");
-  if (sigsetjmp(recover, 1) == 0) {
-    *(volatile int*)0 = 1;
-    puts("fault not raised");
-  } else {
-    puts("fault reached the program's handler");
-  }
+  fault();
+  signal(SIGSEGV, SIG_DFL);
+  signal(SIGSEGV, on_fault);
+  print_flags("signal-handler");
+  fault();
   return 0;
 }
