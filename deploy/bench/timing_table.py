@@ -40,15 +40,21 @@ def ratio(p50s: dict[str, list[float]], a: str, b: str) -> float:
     return statistics.median(x / y for x, y in zip(p50s[a], p50s[b], strict=True))
 
 
-def table(results: list[tuple[Case, int, dict]]) -> tuple[list[tuple[str, ...]], list[str]]:
+def table(
+    results: list[tuple[Case, int, dict]], inaccurate: set[tuple[Case, str]] = frozenset()
+) -> tuple[list[tuple[str, ...]], list[str]]:
     """The rows of HEADER for {runner: per-round p50 (ms)} of each case and thread count, and
-    the targets they missed."""
+    the targets they missed. A (case, runner) in `inaccurate` failed the parity check there:
+    its ratio is shown, marked, and is no target (a fast wrong answer sets no bar)."""
     rows, missed = [], []
     for case, threads, p50s in results:
         median = {r: statistics.median(v) for r, v in p50s.items()}
         columns = []
         for column, runner in TARGETS.items():
             versus = ratio(p50s, "ours loader", runner)
+            if (case, runner) in inaccurate:
+                columns.append(f"{versus:.2f} inaccurate peer")
+                continue
             met = round(versus, 2) <= 1.0
             columns.append(f"{versus:.2f} {'MET' if met else 'MISSED'}")
             if not met:
@@ -63,3 +69,11 @@ def table(results: list[tuple[Case, int, dict]]) -> tuple[list[tuple[str, ...]],
             )
         )
     return rows, missed
+
+
+def print_table(title: str, header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    """`title`, then `header` and `rows` in columns as wide as their widest cell."""
+    print(f"\n{title}")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, tuple("-" * w for w in widths), *rows]:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

@@ -23,8 +23,14 @@ CORES = {
     "cortex-a53": ["scalar", "neon"],
 }
 TIERS = ["scalar", "neon", "neon_dot", "neon_i8mm"]
-# One case per tier of each test; enough to tell a run tier from a skipped one.
-CASES = ["Int8ProductsAreExact", "Int4ProductsAreExact", "PackedLinearMatchesReference"]
+# The products' cases, each run at every tier the core has.
+CASES = [
+    "Int8ProductsAreExact",
+    "Int8ChannelRangesWriteOnlyTheirChannels",
+    "Int4ProductsAreExact",
+    "RandomInputsWithinEpilogueRounding",
+    "PackedLinearMatchesReference",
+]
 
 
 @pytest.mark.parametrize("core", sorted(CORES))

@@ -8,8 +8,7 @@ namespace my_ops::cpu_vec {
 namespace {
 
 // The table of the highest tier at or below `isa` that has kernels of its own: avx512 (without
-// VNNI) runs the AVX2 products, neon (without the dot product) the portable ones, and neon_i8mm
-// the dot product's.
+// VNNI) runs the AVX2 products and neon (without the dot product) the portable ones.
 const QuantizedLinearKernels* kernels_for(cpu::CpuIsa isa) {
   using cpu::CpuIsa;
   const QuantizedLinearKernels* picked = nullptr;
@@ -24,8 +23,10 @@ const QuantizedLinearKernels* kernels_for(cpu::CpuIsa isa) {
     case CpuIsa::kAvx2:
       picked = avx2_quantized_linear_kernels();
       break;
-    case CpuIsa::kNeonDot:
     case CpuIsa::kNeonI8mm:
+      picked = neon_i8mm_quantized_linear_kernels();
+      break;
+    case CpuIsa::kNeonDot:
       picked = neon_dot_quantized_linear_kernels();
       break;
     case CpuIsa::kNeon:

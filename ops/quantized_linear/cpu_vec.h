@@ -70,5 +70,6 @@ const QuantizedLinearKernels* avx2_quantized_linear_kernels();
 const QuantizedLinearKernels* avx512_vnni_quantized_linear_kernels();
 const QuantizedLinearKernels* amx_quantized_linear_kernels();
 const QuantizedLinearKernels* neon_dot_quantized_linear_kernels();
+const QuantizedLinearKernels* neon_i8mm_quantized_linear_kernels();
 
 }  // namespace my_ops::cpu_vec

@@ -86,3 +86,22 @@ def test_a_row_has_every_runner_then_every_ratio():
         "ours/ET": "0.69 MET",
         "ours/Inductor": "0.50 MET",
     }
+
+
+def test_a_peer_below_accuracy_is_shown_but_holds_ours_to_nothing():
+    # ONNX Runtime's int8 at 6 ms is faster than ours at 9 ms, but its output was wrong at this
+    # case (the parity check's `inaccurate` peers): no target; ExecuTorch's still is one.
+    p50s = _p50s(9.0, onnxruntime=6.0, executorch=8.0)
+    rows, missed = timing_table.table([(_CASE, 1, p50s)], inaccurate={(_CASE, "onnxruntime")})
+    verdicts = {c: v for c, v in zip(HEADER, rows[0], strict=True) if c.startswith("ours/")}
+    assert verdicts == {
+        "ours/ORT": "1.50 inaccurate peer",
+        "ours/ET": "1.12 MISSED",
+        "ours/Inductor": "0.90 MET",
+    }
+    assert missed == ["smollm2 16 tokens 1 thread(s) vs ET 1.12"]
+    # Another case's inaccuracy is not this one's.
+    _, missed = timing_table.table(
+        [(_CASE, 1, p50s)], inaccurate={(Case("minilm", 16), "onnxruntime")}
+    )
+    assert "smollm2 16 tokens 1 thread(s) vs ORT 1.50" in missed
