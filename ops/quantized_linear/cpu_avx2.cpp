@@ -291,6 +291,12 @@ void linear_int8_tiles(const int16_t* tiles, const QuantizedRow* params, int64_t
       }
       for (; i < k; ++i) dst[i] = w[i];
     }
+    // The next block's weights come from memory while this block's tiles compute: widening
+    // them then would otherwise wait on every line, with nothing to overlap.
+    const int64_t next_end = std::min<int64_t>(n_end, n0 + 2 * kTileChannels) * k;
+    for (int64_t b = (n0 + kTileChannels) * k; b < next_end; b += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(weight + b), _MM_HINT_T0);
+    }
     for (int64_t t0 = 0; t0 < tile_count; t0 += kTilesAtOnce) {
       const int at_once = static_cast<int>(std::min<int64_t>(kTilesAtOnce, tile_count - t0));
       kInt8TileBlocks[at_once - 1][channels - 1](tiles + t0 * tile_stride, tile_stride, w16.data(),
