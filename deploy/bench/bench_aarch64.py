@@ -15,7 +15,6 @@ LibTorch lib folder) and AARCH64_SYSROOT_LD.
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import statistics
 import subprocess
@@ -31,13 +30,7 @@ _P50 = re.compile(r"p50 ([0-9.]+) ms p99 ([0-9.]+) ms")
 
 
 def _env_file(name: str) -> Path:
-    value = os.environ.get(name)
-    if not value:
-        sys.exit(f"bench_aarch64: error: {name} is not set (run it with tools/bazel run)")
-    path = Path(os.path.abspath(value))
-    if not path.exists():
-        sys.exit(f"bench_aarch64: error: {name}={value} does not exist")
-    return path
+    return qemu.env_file("bench_aarch64", name)
 
 
 class Side:

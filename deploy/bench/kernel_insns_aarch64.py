@@ -20,7 +20,6 @@ AARCH64_LIBTORCH_LIB (a file in the aarch64 LibTorch lib folder), AARCH64_SYSROO
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -54,13 +53,7 @@ DEFAULT_SHAPES = "1x576x64,16x576x64"
 
 
 def _env_file(name: str) -> Path:
-    value = os.environ.get(name)
-    if not value:
-        sys.exit(f"kernel_insns_aarch64: error: {name} is not set (run it with tools/bazel run)")
-    path = Path(os.path.abspath(value))
-    if not path.exists():
-        sys.exit(f"kernel_insns_aarch64: error: {name}={value} does not exist")
-    return path
+    return qemu.env_file("kernel_insns_aarch64", name)
 
 
 def _shape(text: str) -> tuple[int, int, int]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 
 QEMU = "qemu-aarch64-static"
@@ -35,6 +36,18 @@ CPU revision\t: 1
 
 class QemuError(Exception):
     """qemu or the files it needs are missing; the message says what to do."""
+
+
+def env_file(prog: str, name: str) -> Path:
+    """The file environment variable `name` names (set by a Bazel target), or one line naming
+    it and exit 1 from `prog`."""
+    value = os.environ.get(name)
+    if not value:
+        sys.exit(f"{prog}: error: {name} is not set (run it with tools/bazel run)")
+    path = Path(os.path.abspath(value))
+    if not path.exists():
+        sys.exit(f"{prog}: error: {name}={value} does not exist")
+    return path
 
 
 def find_qemu() -> str:
