@@ -111,14 +111,17 @@ def llama_cpp(
     flags = LLAMA_CPP_TIER_FLAGS.get(tier or "", "-DGGML_NATIVE=ON")
     folder = work / ("llama_cpp" if flags == "-DGGML_NATIVE=ON" else f"llama_cpp_{tier}")
     python = folder / "venv" / "bin" / "python"
+    # The virtual environment's own packages alone: with the bench's PYTHONPATH, pip counts the
+    # bench's packages as installed and leaves them out, and the probe finds them there.
+    own = {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
     probe = [str(python), "-c", "import llama_cpp"]
-    if not python.exists() or subprocess.run(probe, capture_output=True).returncode != 0:
+    if not python.exists() or subprocess.run(probe, env=own, capture_output=True).returncode != 0:
         print(
             f"building {LLAMA_CPP} from PyPI's source ({flags}), once (about ten minutes)",
             flush=True,
         )
         venv.create(folder / "venv", with_pip=True, clear=True)
-        env = dict(os.environ, CMAKE_ARGS=flags)
+        env = dict(own, CMAKE_ARGS=flags)
         check(
             subprocess.run(
                 [str(python), "-m", "pip", "install", "--no-cache-dir", LLAMA_CPP, "numpy"],

@@ -166,6 +166,34 @@ inline __m256i widen_weights(const int8_t* w) {
 template <int R, int C>
 void int8_block(const int16_t* centered, int64_t stride, const int8_t* w, int64_t k,
                 int32_t (&sums)[4][4]) {
+  if constexpr (R == 1) {
+    // One row (decoding): each channel's weights from start to end in turn, so that the block
+    // is read in address order (its channels' rows are adjacent), one stream the hardware
+    // prefetcher follows; the channels stepped side by side were C streams k bytes apart.
+    MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
+      const int8_t* wc = w + c * k;
+      const auto product = [&](int64_t i, const int8_t* weights) {
+        return _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(centered + i)),
+                                 widen_weights(weights));
+      };
+      // Two accumulators: each step's add waits on the one before it otherwise.
+      __m256i even = _mm256_setzero_si256();
+      __m256i odd = _mm256_setzero_si256();
+      int64_t i = 0;
+      for (; i + 2 * kInt8Step <= k; i += 2 * kInt8Step) {
+        even = _mm256_add_epi32(even, product(i, wc + i));
+        odd = _mm256_add_epi32(odd, product(i + kInt8Step, wc + i + kInt8Step));
+      }
+      for (; i + kInt8Step <= k; i += kInt8Step) even = _mm256_add_epi32(even, product(i, wc + i));
+      if (i < k) {
+        alignas(16) int8_t tail[kInt8Step] = {};
+        std::memcpy(tail, wc + i, static_cast<size_t>(k - i));
+        odd = _mm256_add_epi32(odd, product(i, tail));
+      }
+      sums[0][c] = sum_lanes(_mm256_add_epi32(even, odd));
+    }
+    return;
+  }
   __m256i acc[R][C];
   MY_OPS_UNROLL for (int r = 0; r < R; ++r) {
     MY_OPS_UNROLL for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_si256();

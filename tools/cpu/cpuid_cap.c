@@ -188,7 +188,9 @@ __attribute__((constructor)) static void cap_cpuid(void) {
   struct sigaction act;
   memset(&act, 0, sizeof act);
   act.sa_sigaction = on_segv;
-  act.sa_flags = SA_SIGINFO | SA_NODEFER;
+  // SA_ONSTACK: on the alternate stack where a program set one (a stack overflow's SIGSEGV
+  // reaches its handler only there); without one the kernel uses the current stack.
+  act.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
   sigemptyset(&act.sa_mask);
   if (libc_sigaction(SIGSEGV, &act, &program_handler) != 0) die("cannot install a SIGSEGV handler");
   if (set_cpuid_enabled(0) != 0) {
