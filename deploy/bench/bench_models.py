@@ -617,7 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         f"kernel tier: ours {tier}; "
         + (
             f"every runner (Inductor's compiler, eager PyTorch, ONNX Runtime, ExecuTorch) sees "
-            f"a {tier} CPU: CPUID capped"
+            f"a CPU of tier {tier}: CPUID capped"
             if capped
             else f"ONNX Runtime and ExecuTorch at this CPU's own ({have[-1]})"
         )

@@ -69,6 +69,7 @@ def test_probe_reads_the_bits_the_kernel_lists():
 
 @pytest.mark.parametrize("tier", [t for t, _ in TIERS])
 def test_cap_hides_the_tiers_above(tier):
+    # A tier the host lacks, or its highest, has nothing to hide: skipped, saying which.
     if tier not in HOST_TIERS or tier == HOST_TIERS[-1]:
         pytest.skip(
             f"this CPU's tiers are {', '.join(HOST_TIERS)}: capping at {tier} hides nothing it has"
