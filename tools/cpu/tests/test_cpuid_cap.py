@@ -42,11 +42,17 @@ HOST_TIERS = [
 ]
 
 
+def _capped_env(cap: str) -> dict[str, str]:
+    # The library after what is preloaded already: under --config=asan, the ASan runtime first.
+    preload = [p for p in (os.environ.get("LD_PRELOAD", ""), CAP_LIBRARY) if p]
+    return dict(os.environ, MY_OPS_CPUID_CAP=cap, LD_PRELOAD=":".join(preload))
+
+
 def _probe(cap: str | None) -> tuple[dict[str, dict[str, int]], list[str]]:
     env = dict(os.environ)
     env.pop("MY_OPS_CPUID_CAP", None)
     if cap is not None:
-        env.update(MY_OPS_CPUID_CAP=cap, LD_PRELOAD=CAP_LIBRARY)
+        env = _capped_env(cap)
     out = subprocess.run([PROBE], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     bits: dict[str, dict[str, int]] = {}
@@ -92,12 +98,7 @@ def test_cap_hides_the_tiers_above(tier):
 
 
 def test_unknown_tier_is_one_line_and_exit_2():
-    env = dict(
-        os.environ,
-        MY_OPS_CPUID_CAP="avx3",
-        LD_PRELOAD=CAP_LIBRARY,
-    )
-    out = subprocess.run([PROBE], env=env, capture_output=True, text=True)
+    out = subprocess.run([PROBE], env=_capped_env("avx3"), capture_output=True, text=True)
     assert out.returncode == 2
     assert out.stdout == ""
     assert out.stderr.strip().splitlines() == [
