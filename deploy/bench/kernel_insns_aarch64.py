@@ -32,19 +32,15 @@ OPS = ("linear_int8", "linear_int4", "linear_packed")
 # Each tier and the kernels it runs, by op: the quantized ops have no plain-NEON kernels (that
 # tier runs the portable products); linear_packed has one NEON kernel for every Arm tier.
 TIERS = ("scalar", "neon", "neon_dot", "neon_i8mm")
+_QUANTIZED = {
+    "scalar": "scalar",
+    "neon": "scalar",
+    "neon_dot": "neon_dot",
+    "neon_i8mm": "neon_i8mm",
+}
 KERNELS = {
-    "linear_int8": {
-        "scalar": "scalar",
-        "neon": "scalar",
-        "neon_dot": "neon_dot",
-        "neon_i8mm": "neon_i8mm",
-    },
-    "linear_int4": {
-        "scalar": "scalar",
-        "neon": "scalar",
-        "neon_dot": "neon_dot",
-        "neon_i8mm": "neon_i8mm",
-    },
+    "linear_int8": _QUANTIZED,
+    "linear_int4": _QUANTIZED,
     "linear_packed": {"scalar": "scalar", "neon": "neon", "neon_dot": "neon", "neon_i8mm": "neon"},
 }
 # SmolLM2's hidden size, a decode row and a prefill block of rows; N kept small: the trace

@@ -79,7 +79,22 @@ static const struct {
 static struct hidden hide;
 static int capping;  // the handler is installed and CPUID faults
 static struct sigaction program_handler;  // the program's own SIGSEGV handler, chained to
-static int (*libc_sigaction)(int, const struct sigaction*, struct sigaction*);
+typedef int (*sigaction_fn)(int, const struct sigaction*, struct sigaction*);
+typedef sighandler_t (*signal_fn)(int, sighandler_t);
+
+// libc's own sigaction and signal, behind ours; looked up once, on first use (a library's
+// constructor may set a handler before this one's runs).
+static sigaction_fn libc_sigaction(void) {
+  static sigaction_fn fn;
+  if (fn == NULL) fn = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+  return fn;
+}
+
+static signal_fn libc_signal(void) {
+  static signal_fn fn;
+  if (fn == NULL) fn = (signal_fn)dlsym(RTLD_NEXT, "signal");
+  return fn;
+}
 
 static long set_cpuid_enabled(int enabled) {
   return syscall(SYS_arch_prctl, ARCH_SET_CPUID, enabled);
@@ -98,7 +113,7 @@ static void chain(int sig, siginfo_t* info, void* context) {
   struct sigaction dfl;
   memset(&dfl, 0, sizeof dfl);
   dfl.sa_handler = SIG_DFL;
-  libc_sigaction(sig, &dfl, NULL);
+  libc_sigaction()(sig, &dfl, NULL);
   raise(sig);
 }
 
@@ -135,11 +150,7 @@ static void on_segv(int sig, siginfo_t* info, void* context) {
 
 // The program's sigaction for SIGSEGV becomes the handler chained to: ours stays installed.
 int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
-  if (libc_sigaction == NULL) {
-    libc_sigaction = (int (*)(int, const struct sigaction*, struct sigaction*))dlsym(RTLD_NEXT,
-                                                                                     "sigaction");
-  }
-  if (sig != SIGSEGV || !capping) return libc_sigaction(sig, act, old);
+  if (sig != SIGSEGV || !capping) return libc_sigaction()(sig, act, old);
   if (old != NULL) *old = program_handler;
   if (act != NULL) program_handler = *act;
   return 0;
@@ -148,11 +159,7 @@ int sigaction(int sig, const struct sigaction* act, struct sigaction* old) {
 // glibc's signal() sets the handler without going through sigaction's symbol: the same here.
 // (GCC's cc1plus sets its crash handler so, and GMP then runs CPUID on first use.)
 sighandler_t signal(int sig, sighandler_t handler) {
-  if (sig != SIGSEGV || !capping) {
-    sighandler_t (*libc_signal)(int, sighandler_t) =
-        (sighandler_t(*)(int, sighandler_t))dlsym(RTLD_NEXT, "signal");
-    return libc_signal(sig, handler);
-  }
+  if (sig != SIGSEGV || !capping) return libc_signal()(sig, handler);
   struct sigaction act, old;
   memset(&act, 0, sizeof act);
   act.sa_handler = handler;
@@ -168,8 +175,6 @@ static void die(const char* what) {
 }
 
 __attribute__((constructor)) static void cap_cpuid(void) {
-  libc_sigaction =
-      (int (*)(int, const struct sigaction*, struct sigaction*))dlsym(RTLD_NEXT, "sigaction");
   const char* cap = getenv(CAP_ENV);
   if (cap == NULL || *cap == '\0') return;
   size_t i = 0;
@@ -192,7 +197,7 @@ __attribute__((constructor)) static void cap_cpuid(void) {
   // reaches its handler only there); without one the kernel uses the current stack.
   act.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
   sigemptyset(&act.sa_mask);
-  if (libc_sigaction(SIGSEGV, &act, &program_handler) != 0) die("cannot install a SIGSEGV handler");
+  if (libc_sigaction()(SIGSEGV, &act, &program_handler) != 0) die("cannot install a SIGSEGV handler");
   if (set_cpuid_enabled(0) != 0) {
     die(CAP_ENV ": this kernel or CPU has no CPUID faulting (arch_prctl ARCH_SET_CPUID), "
                "so the features above the tier cannot be hidden");
