@@ -252,15 +252,19 @@ constexpr int kTileChannels = 6;
 
 // acc[t][c] = sum over the in_feature pairs [first, last) of tile t's rows (8 in the lanes) by
 // channel c's pair, broadcast: each weight pair serves 8 rows, and no sum is reduced across lanes.
+// Pair p also prefetches next + p * next_step: the next block's weights arrive spread over this
+// block's products; a burst of prefetches before them stalled on the cache's miss buffers.
 template <int T, int C>
 inline __attribute__((always_inline)) void tile_pair_sums(const int16_t* tiles, int64_t tile_stride,
                                                           const int16_t* w16, int64_t pairs,
                                                           int64_t first, int64_t last,
+                                                          const char* next, int64_t next_step,
                                                           __m256i (&acc)[T][C]) {
   MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
     MY_OPS_UNROLL for (int c = 0; c < C; ++c) acc[t][c] = _mm256_setzero_si256();
   }
   for (int64_t p = first; p < last; ++p) {
+    _mm_prefetch(next + p * next_step, _MM_HINT_T0);
     __m256i x[T];
     MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
       x[t] = _mm256_loadu_si256(
@@ -279,15 +283,16 @@ inline __attribute__((always_inline)) void tile_pair_sums(const int16_t* tiles, 
 
 template <int T, int C>
 void int8_tile_block(const int16_t* tiles, int64_t tile_stride, const int16_t* w16, int64_t pairs,
-                     __m256i (&dots)[kTilesAtOnce][kTileChannels]) {
+                     const char* next, __m256i (&dots)[kTilesAtOnce][kTileChannels]) {
   __m256i acc[T][C];
-  tile_pair_sums<T, C>(tiles, tile_stride, w16, pairs, 0, pairs, acc);
+  // The next block is kTileChannels channels of 2 * pairs bytes: 2 * kTileChannels per pair.
+  tile_pair_sums<T, C>(tiles, tile_stride, w16, pairs, 0, pairs, next, 2 * kTileChannels, acc);
   MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
     MY_OPS_UNROLL for (int c = 0; c < C; ++c) dots[t][c] = acc[t][c];
   }
 }
 
-using Int8TileBlock = void (*)(const int16_t*, int64_t, const int16_t*, int64_t,
+using Int8TileBlock = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const char*,
                                __m256i (&)[kTilesAtOnce][kTileChannels]);
 
 template <int T, size_t... C>
@@ -319,16 +324,13 @@ void linear_int8_tiles(const int16_t* tiles, const QuantizedRow* params, int64_t
       }
       for (; i < k; ++i) dst[i] = w[i];
     }
-    // The next block's weights come from memory while this block's tiles compute: widening
-    // them then would otherwise wait on every line, with nothing to overlap.
-    const int64_t next_end = std::min<int64_t>(n_end, n0 + 2 * kTileChannels) * k;
-    for (int64_t b = (n0 + kTileChannels) * k; b < next_end; b += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(weight + b), _MM_HINT_T0);
-    }
+    // The next block's weights come from memory while this block's tiles compute (widening
+    // them would otherwise wait on every line); the last block prefetches its own, in cache.
+    const int8_t* next = weight + std::min<int64_t>(n0 + kTileChannels, n_end - 1) * k;
     for (int64_t t0 = 0; t0 < tile_count; t0 += kTilesAtOnce) {
       const int at_once = static_cast<int>(std::min<int64_t>(kTilesAtOnce, tile_count - t0));
       kInt8TileBlocks[at_once - 1][channels - 1](tiles + t0 * tile_stride, tile_stride, w16.data(),
-                                                 pairs, dots);
+                                                 pairs, reinterpret_cast<const char*>(next), dots);
       for (int t = 0; t < at_once; ++t) {
         const int64_t m0 = (t0 + t) * kTileRows;
         const int present = static_cast<int>(std::min<int64_t>(kTileRows, rows - m0));
@@ -397,7 +399,7 @@ constexpr int kInt4TileChannels = 3;
 
 template <int T, int C>
 void int4_tile_block(const int16_t* tiles, int64_t tile_stride, const int16_t* w16, int64_t pairs,
-                     const float* scales, int64_t groups, int64_t group_pairs,
+                     const float* scales, int64_t groups, int64_t group_pairs, const char* next,
                      __m256 (&totals)[kTilesAtOnce][kInt4TileChannels]) {
   __m256 total[T][C];
   MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
@@ -405,8 +407,9 @@ void int4_tile_block(const int16_t* tiles, int64_t tile_stride, const int16_t* w
   }
   for (int64_t g = 0; g < groups; ++g) {
     __m256i acc[T][C];
+    // The next block is kInt4TileChannels channels of pairs bytes.
     tile_pair_sums<T, C>(tiles, tile_stride, w16, pairs, g * group_pairs, (g + 1) * group_pairs,
-                         acc);
+                         next, kInt4TileChannels, acc);
     MY_OPS_UNROLL for (int c = 0; c < C; ++c) {
       const __m256 scale = _mm256_set1_ps(scales[c * groups + g]);
       MY_OPS_UNROLL for (int t = 0; t < T; ++t) {
@@ -420,7 +423,8 @@ void int4_tile_block(const int16_t* tiles, int64_t tile_stride, const int16_t* w
 }
 
 using Int4TileBlock = void (*)(const int16_t*, int64_t, const int16_t*, int64_t, const float*,
-                               int64_t, int64_t, __m256 (&)[kTilesAtOnce][kInt4TileChannels]);
+                               int64_t, int64_t, const char*,
+                               __m256 (&)[kTilesAtOnce][kInt4TileChannels]);
 
 template <int T, size_t... C>
 constexpr std::array<Int4TileBlock, sizeof...(C)> int4_tile_blocks_of(std::index_sequence<C...>) {
@@ -452,11 +456,13 @@ void linear_int4_tiles(const int16_t* tiles, const QuantizedRow* params, int64_t
         dst[2 * j + 1] = static_cast<int16_t>((packed[j] >> 4) - 8);
       }
     }
+    const uint8_t* next = weight + std::min<int64_t>(n0 + kInt4TileChannels, n_end - 1) * (k / 2);
     for (int64_t t0 = 0; t0 < tile_count; t0 += kTilesAtOnce) {
       const int at_once = static_cast<int>(std::min<int64_t>(kTilesAtOnce, tile_count - t0));
       kInt4TileBlocks[at_once - 1][channels - 1](tiles + t0 * tile_stride, tile_stride, w16.data(),
                                                  pairs, weight_scale + n0 * groups, groups,
-                                                 group_size / 2, totals);
+                                                 group_size / 2,
+                                                 reinterpret_cast<const char*>(next), totals);
       for (int t = 0; t < at_once; ++t) {
         const int64_t m0 = (t0 + t) * kTileRows;
         const int present = static_cast<int>(std::min<int64_t>(kTileRows, rows - m0));
