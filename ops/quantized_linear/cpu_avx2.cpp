@@ -459,10 +459,9 @@ void linear_int4_tiles(const int16_t* tiles, const QuantizedRow* params, int64_t
     const uint8_t* next = weight + std::min<int64_t>(n0 + kInt4TileChannels, n_end - 1) * (k / 2);
     for (int64_t t0 = 0; t0 < tile_count; t0 += kTilesAtOnce) {
       const int at_once = static_cast<int>(std::min<int64_t>(kTilesAtOnce, tile_count - t0));
-      kInt4TileBlocks[at_once - 1][channels - 1](tiles + t0 * tile_stride, tile_stride, w16.data(),
-                                                 pairs, weight_scale + n0 * groups, groups,
-                                                 group_size / 2,
-                                                 reinterpret_cast<const char*>(next), totals);
+      kInt4TileBlocks[at_once - 1][channels - 1](
+          tiles + t0 * tile_stride, tile_stride, w16.data(), pairs, weight_scale + n0 * groups,
+          groups, group_size / 2, reinterpret_cast<const char*>(next), totals);
       for (int t = 0; t < at_once; ++t) {
         const int64_t m0 = (t0 + t) * kTileRows;
         const int present = static_cast<int>(std::min<int64_t>(kTileRows, rows - m0));
