@@ -128,6 +128,40 @@ int64_t padded_k(int64_t k) { return (k + kInt8Step - 1) / kInt8Step * kInt8Step
 constexpr int64_t kMinTileRows = 8;
 constexpr int kTileRows = 8;
 
+// Tile rows [8 rows from q, 16 in_features]: each row's 16 bytes widened and centered (8 pairs of
+// int16, a 32-bit unit each), then the 8 x 8 units transposed, so that pair j's vector holds the
+// 8 rows' units in row order; stored at dst + 16 * j.
+inline void tile_pairs8(const uint8_t* q, int64_t k, const __m256i (&zero)[kTileRows],
+                        int16_t* dst) {
+  __m256i r[kTileRows];
+  MY_OPS_UNROLL for (int l = 0; l < kTileRows; ++l) {
+    r[l] = _mm256_sub_epi16(
+        _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + l * k))),
+        zero[l]);
+  }
+  // Units within 128-bit lanes: [a0 b0 a1 b1 | a4 b4 a5 b5], then four rows [a0 b0 c0 d0 | a4 ..],
+  // then the lanes of rows 0-3 and 4-7 joined.
+  __m256i two[kTileRows];
+  MY_OPS_UNROLL for (int l = 0; l < kTileRows; l += 2) {
+    two[l] = _mm256_unpacklo_epi32(r[l], r[l + 1]);
+    two[l + 1] = _mm256_unpackhi_epi32(r[l], r[l + 1]);
+  }
+  __m256i four[kTileRows];
+  MY_OPS_UNROLL for (int h = 0; h < 2; ++h) {
+    const int l = 4 * h;
+    four[l] = _mm256_unpacklo_epi64(two[l], two[l + 2]);          // units 0 and 4
+    four[l + 1] = _mm256_unpackhi_epi64(two[l], two[l + 2]);      // units 1 and 5
+    four[l + 2] = _mm256_unpacklo_epi64(two[l + 1], two[l + 3]);  // units 2 and 6
+    four[l + 3] = _mm256_unpackhi_epi64(two[l + 1], two[l + 3]);  // units 3 and 7
+  }
+  MY_OPS_UNROLL for (int j = 0; j < 4; ++j) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * j),
+                        _mm256_permute2x128_si256(four[j], four[4 + j], 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 16 * (j + 4)),
+                        _mm256_permute2x128_si256(four[j], four[4 + j], 0x31));
+  }
+}
+
 // linear_int8's rows, (q - zero) as int16. Below kMinTileRows, row by row, each row padded with
 // zeros to a multiple of 16. From it, in tiles of 8 rows: tile t, pair p (in_features 2p and
 // 2p + 1) at int16 [(t * pairs + p) * 16 + 2 * l, + 2) for its row l, zeros past the last row and
@@ -140,9 +174,21 @@ std::vector<uint8_t> int8_rows(const uint8_t* q, const QuantizedRow* params, int
   std::vector<uint8_t> bytes(static_cast<size_t>(padded_rows * stride) * sizeof(int16_t), 0);
   int16_t* centered = reinterpret_cast<int16_t*>(bytes.data());
   const int64_t pairs = stride / 2;
+  // Full tiles, 16 in_features at a time; the rest below, an element at a time.
+  const int64_t full_tiles = tiled ? rows / kTileRows : 0;
+  const int64_t vector_k = k / 16 * 16;
+  for (int64_t t = 0; t < full_tiles; ++t) {
+    __m256i zero[kTileRows];
+    MY_OPS_UNROLL for (int l = 0; l < kTileRows; ++l) {
+      zero[l] = _mm256_set1_epi16(static_cast<int16_t>(params[t * kTileRows + l].zero_point));
+    }
+    for (int64_t i = 0; i < vector_k; i += 16) {
+      tile_pairs8(q + t * kTileRows * k + i, k, zero, centered + (t * pairs + i / 2) * 16);
+    }
+  }
   for (int64_t m = 0; m < rows; ++m) {
     const int16_t zero = static_cast<int16_t>(params[m].zero_point);
-    for (int64_t i = 0; i < k; ++i) {
+    for (int64_t i = m < full_tiles * kTileRows ? vector_k : 0; i < k; ++i) {
       const int16_t value = static_cast<int16_t>(int16_t{q[m * k + i]} - zero);
       if (tiled) {
         const int64_t t = m / kTileRows, l = m % kTileRows;
