@@ -34,7 +34,8 @@ weights (ExecuTorch: XNNPACKQuantizer's PT2E flow); int4, int8 activations and i
 groups of 32 (ONNX Runtime: MatMulNBits; ExecuTorch: its LLM export's 8da4w through torchao).
 Inductor's package and eager stay float, so ours is held to the faster of the two runtimes'
 quantized models. The parity check then asks each quantized runner for the scheme's accuracy
-(QUANTIZED_PARITY) and reports the others' cosine; a peer below it is shown, not fatal.
+(parity.py: the LLM's next token as well, unless the original's top two logits are a
+near-tie) and reports the others' cosine; a peer below it is shown, not fatal.
 """
 
 from __future__ import annotations
@@ -53,24 +54,20 @@ import torch
 
 from deploy.bench import models_footprint, models_generate, real_models
 from deploy.bench.model_worker import cpus_for
+from deploy.bench.parity import (
+    PARITY,
+    PEER_MIN_COSINE,
+    QUANTIZED_PARITY,
+    accurate,
+    compare,
+    token_text,
+)
 from deploy.bench.timing_table import HEADER, PEERS, RUNNERS, Case, print_table, table
 from deploy.contract.command_line import NonEmptyValueParser
 from deploy.exporter.options import DEFAULT_MIN_COSINE
 
 # Calls per runner and round at each length: about a second of work at one thread.
 CALLS = {"minilm": {16: 200, 64: 50, 128: 25}, "smollm2": {16: 20, 64: 8, 128: 5}}
-PARITY = 0.9999
-# Cosine against the original in eager that our quantized package must reach, per scheme and
-# model, and whether the LLM's next token must be the same: from 0.999 and the same token for
-# int8 weights; int4 moves the logits more, and on random prompts the top two can be close.
-QUANTIZED_PARITY = {
-    "int8": ({"minilm": 0.995, "smollm2": 0.999}, True),
-    "int4": ({"minilm": 0.99, "smollm2": 0.998}, False),
-}
-# A quantized peer further than this from the original sets no speed target where it is (the
-# table shows its ratio, marked): ONNX Runtime's int8 on AVX2 without VNNI, whose saturating
-# 16-bit sums turn SmolLM2's logits around (cosine below 0).
-PEER_MIN_COSINE = 0.99
 # Below the exporter's default --min-cosine a quantized package of ours is broken, not inaccurate.
 QUANTIZED_FLOOR = DEFAULT_MIN_COSINE
 _P50 = re.compile(r"p50 ([0-9.]+) ms")
@@ -282,13 +279,6 @@ def _peers(case: Case, threads: int, onnx: dict, pte: dict, workers: dict) -> di
     }
 
 
-def _compare(got: torch.Tensor, want: torch.Tensor, model: str) -> tuple[float, bool]:
-    got, want = got.double().flatten(), want.double().flatten()
-    cosine = torch.nn.functional.cosine_similarity(got, want, dim=0).item()
-    same_token = model != "smollm2" or int(got.argmax()) == int(want.argmax())
-    return cosine, same_token
-
-
 @functools.cache
 def _original(model: str) -> torch.nn.Module:
     """The unpatched model, the reference of every length's parity check."""
@@ -340,11 +330,10 @@ def check_parity(
             if quantized
             else (PARITY, True)
         )
-        cosine, same_token = _compare(got, want, case.model)
-        ok = cosine >= minimum and (same_token or not token_required)
-        token = (
-            "" if case.model != "smollm2" else (", same token" if same_token else ", OTHER TOKEN")
-        )
+        agreement = compare(got, want, case.model)
+        cosine = agreement.cosine
+        ok = accurate(agreement, minimum, token_required, quantized)
+        token = token_text(agreement, quantized)
         label = f"{runner} {quantize}" if quantized else runner
         rows.append(
             (
