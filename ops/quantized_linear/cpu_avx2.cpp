@@ -371,8 +371,10 @@ void linear_int8_tiles(const int16_t* tiles, const QuantizedRow* params, int64_t
       for (; i < k; ++i) dst[i] = w[i];
     }
     // The next block's weights come from memory while this block's tiles compute (widening
-    // them would otherwise wait on every line); the last block prefetches its own, in cache.
-    const int8_t* next = weight + std::min<int64_t>(n0 + kTileChannels, n_end - 1) * k;
+    // them would otherwise wait on every line); the last block asks for its own again, which
+    // are in cache (a prefetch never faults, so reaching past the weights' end is harmless).
+    const int64_t next_n = n0 + kTileChannels < n_end ? n0 + kTileChannels : n0;
+    const int8_t* next = weight + next_n * k;
     for (int64_t t0 = 0; t0 < tile_count; t0 += kTilesAtOnce) {
       const int at_once = static_cast<int>(std::min<int64_t>(kTilesAtOnce, tile_count - t0));
       kInt8TileBlocks[at_once - 1][channels - 1](tiles + t0 * tile_stride, tile_stride, w16.data(),
@@ -502,7 +504,9 @@ void linear_int4_tiles(const int16_t* tiles, const QuantizedRow* params, int64_t
         dst[2 * j + 1] = static_cast<int16_t>((packed[j] >> 4) - 8);
       }
     }
-    const uint8_t* next = weight + std::min<int64_t>(n0 + kInt4TileChannels, n_end - 1) * (k / 2);
+    // As int8's: the next block's weights, or the last block's own again.
+    const int64_t next_n = n0 + kInt4TileChannels < n_end ? n0 + kInt4TileChannels : n0;
+    const uint8_t* next = weight + next_n * (k / 2);
     for (int64_t t0 = 0; t0 < tile_count; t0 += kTilesAtOnce) {
       const int at_once = static_cast<int>(std::min<int64_t>(kTilesAtOnce, tile_count - t0));
       kInt4TileBlocks[at_once - 1][channels - 1](
